@@ -1,0 +1,1 @@
+"""Cairn: durable AI agent execution over Kafka."""

@@ -1,0 +1,146 @@
+"""Session state: everything a fresh process needs to continue a session exactly.
+
+Plain data with a lossless ``to_dict``/``from_dict``; the byte codec and version upcasters live
+in :mod:`service.sessions.codec`. The engine never mutates a state it was given: an invocation
+works on a copy and returns the new state, so a rejected input changes nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from service.agent.types import Checkpoint, ContentBlock, Interrupt, Message
+
+SESSION_STATE_VERSION = 1
+APPLIED_COMMANDS_KEPT = 256
+"""How many applied command ids a session remembers for de-duplication (oldest dropped)."""
+
+
+@dataclass(slots=True)
+class PendingBatch:
+    """A tool batch that has not produced its results message yet.
+
+    ``results`` holds the toolResult blocks already completed, by toolUseId; ``interrupts`` is
+    non-empty while the session waits for answers (interrupt state).
+    """
+
+    assistant_message: Message
+    results: dict[str, ContentBlock] = field(default_factory=dict)
+    interrupts: list[Interrupt] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "assistant_message": self.assistant_message,
+            "results": self.results,
+            "interrupts": [i.to_dict() for i in self.interrupts],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PendingBatch:
+        return cls(
+            assistant_message=data["assistant_message"],
+            results=dict(data.get("results") or {}),
+            interrupts=[Interrupt.from_dict(i) for i in data.get("interrupts") or []],
+        )
+
+
+@dataclass(slots=True)
+class Inflight:
+    """A running invocation that passed a boundary without pausing (durability marker).
+
+    Committed at every boundary so that, after a crash, the redelivered command continues from
+    ``position`` of cycle ``cycle_index`` instead of from the start.
+    """
+
+    command_id: str
+    position: str
+    cycle_index: int
+    checkpointing: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "command_id": self.command_id,
+            "position": self.position,
+            "cycle_index": self.cycle_index,
+            "checkpointing": self.checkpointing,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Inflight:
+        return cls(
+            command_id=data["command_id"],
+            position=data["position"],
+            cycle_index=int(data["cycle_index"]),
+            checkpointing=bool(data.get("checkpointing", False)),
+        )
+
+
+@dataclass(slots=True)
+class SessionState:
+    session_id: str
+    agent: str = ""
+    messages: list[Message] = field(default_factory=list)
+    agent_state: dict[str, Any] = field(default_factory=dict)
+    checkpoint: Checkpoint | None = None
+    """The pause issued last; a resume must present exactly this (one-shot)."""
+    cycle_index: int = 0
+    """The turn's cycle counter (0-based), kept across invocations and interrupt answers."""
+    pending: PendingBatch | None = None
+    inflight: Inflight | None = None
+    turn_metrics: dict[str, Any] = field(default_factory=dict)
+    turn_started_at: float | None = None
+    """Wall-clock (epoch seconds) start of the current turn, for the turn deadline."""
+    applied_commands: list[str] = field(default_factory=list)
+    schema_version: int = SESSION_STATE_VERSION
+
+    @property
+    def interrupted(self) -> bool:
+        return self.pending is not None and bool(self.pending.interrupts)
+
+    def copy(self) -> SessionState:
+        return copy.deepcopy(self)
+
+    def mark_applied(self, command_id: str) -> None:
+        if command_id in self.applied_commands:
+            return
+        self.applied_commands.append(command_id)
+        del self.applied_commands[:-APPLIED_COMMANDS_KEPT]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "session_id": self.session_id,
+            "agent": self.agent,
+            "messages": self.messages,
+            "agent_state": self.agent_state,
+            "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,
+            "cycle_index": self.cycle_index,
+            "pending": self.pending.to_dict() if self.pending else None,
+            "inflight": self.inflight.to_dict() if self.inflight else None,
+            "turn_metrics": self.turn_metrics,
+            "turn_started_at": self.turn_started_at,
+            "applied_commands": self.applied_commands,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SessionState:
+        """Load the current version; older versions go through the upcasters first."""
+        checkpoint = data.get("checkpoint")
+        pending = data.get("pending")
+        inflight = data.get("inflight")
+        return cls(
+            schema_version=int(data.get("schema_version", SESSION_STATE_VERSION)),
+            session_id=data["session_id"],
+            agent=data.get("agent", ""),
+            messages=list(data.get("messages") or []),
+            agent_state=dict(data.get("agent_state") or {}),
+            checkpoint=Checkpoint.from_dict(checkpoint) if checkpoint else None,
+            cycle_index=int(data.get("cycle_index", 0)),
+            pending=PendingBatch.from_dict(pending) if pending else None,
+            inflight=Inflight.from_dict(inflight) if inflight else None,
+            turn_metrics=dict(data.get("turn_metrics") or {}),
+            turn_started_at=data.get("turn_started_at"),
+            applied_commands=list(data.get("applied_commands") or []),
+        )

@@ -1,0 +1,1 @@
+"""Model providers behind the engine's ModelProvider seam."""

@@ -1,0 +1,1 @@
+"""Kafka: consumer, per-partition owners, transactions, dispatcher, control, DLQ, health."""

@@ -1,0 +1,1 @@
+"""Session state codec, version upcasters and state stores."""
