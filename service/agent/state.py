@@ -18,6 +18,15 @@ APPLIED_COMMANDS_KEPT = 256
 """How many applied command ids a session remembers for de-duplication (oldest dropped)."""
 
 
+def clone_json(value: Any) -> Any:
+    """Copy nested dicts and lists; leaves (str, numbers, None) are immutable and shared."""
+    if isinstance(value, dict):
+        return {k: clone_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clone_json(v) for v in value]
+    return value
+
+
 @dataclass(slots=True)
 class PendingBatch:
     """A tool batch that has not produced its results message yet.
@@ -29,6 +38,14 @@ class PendingBatch:
     assistant_message: Message
     results: dict[str, ContentBlock] = field(default_factory=dict)
     interrupts: list[Interrupt] = field(default_factory=list)
+
+    def copy(self) -> PendingBatch:
+        """Independent copy; blocks and messages are shared (the engine never mutates them)."""
+        return PendingBatch(
+            assistant_message=self.assistant_message,
+            results=dict(self.results),
+            interrupts=[Interrupt(i.id, i.name, i.reason, i.response) for i in self.interrupts],
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -94,6 +111,10 @@ class SessionState:
     """Wall-clock (epoch seconds) start of the current turn, for the turn deadline."""
     applied_commands: list[str] = field(default_factory=list)
     schema_version: int = SESSION_STATE_VERSION
+    turn_checkpointing: bool | None = None
+    """Checkpointing of the current turn, so resumes need not repeat it."""
+    turn_limits: dict[str, Any] | None = None
+    """Limits of the current turn (``Limits.to_dict`` form), so resumes need not repeat them."""
 
     @property
     def interrupted(self) -> bool:
@@ -101,6 +122,29 @@ class SessionState:
 
     def copy(self) -> SessionState:
         return copy.deepcopy(self)
+
+    def snapshot(self) -> SessionState:
+        """A copy that shares only what the engine never mutates in place (messages, blocks).
+
+        Much cheaper than :meth:`copy`; JSON containers the engine or tools do change
+        (agent state, metrics, pending batch) are copied.
+        """
+        return SessionState(
+            session_id=self.session_id,
+            agent=self.agent,
+            messages=list(self.messages),
+            agent_state=clone_json(self.agent_state),
+            checkpoint=self.checkpoint,
+            cycle_index=self.cycle_index,
+            pending=self.pending.copy() if self.pending is not None else None,
+            inflight=self.inflight,
+            turn_metrics=clone_json(self.turn_metrics),
+            turn_started_at=self.turn_started_at,
+            applied_commands=list(self.applied_commands),
+            schema_version=self.schema_version,
+            turn_checkpointing=self.turn_checkpointing,
+            turn_limits=dict(self.turn_limits) if self.turn_limits is not None else None,
+        )
 
     def mark_applied(self, command_id: str) -> None:
         if command_id in self.applied_commands:
@@ -122,6 +166,8 @@ class SessionState:
             "turn_metrics": self.turn_metrics,
             "turn_started_at": self.turn_started_at,
             "applied_commands": self.applied_commands,
+            "turn_checkpointing": self.turn_checkpointing,
+            "turn_limits": self.turn_limits,
         }
 
     @classmethod
@@ -143,4 +189,6 @@ class SessionState:
             turn_metrics=dict(data.get("turn_metrics") or {}),
             turn_started_at=data.get("turn_started_at"),
             applied_commands=list(data.get("applied_commands") or []),
+            turn_checkpointing=data.get("turn_checkpointing"),
+            turn_limits=data.get("turn_limits"),
         )

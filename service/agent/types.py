@@ -117,6 +117,16 @@ class Limits:
             "deadline_s": self.deadline_s,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Limits:
+        if not data:
+            return cls()
+        return cls(
+            max_cycles=data.get("max_cycles"),
+            max_tokens=data.get("max_tokens"),
+            deadline_s=data.get("deadline_s"),
+        )
+
 
 @dataclass(slots=True)
 class Usage:

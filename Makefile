@@ -1,0 +1,99 @@
+# Cairn's one entry point for developers and CI (.ci/run calls these targets verbatim).
+# Every tool runs from the project's own virtualenv, so a fresh clone needs only Python 3.11+,
+# Java 17+ and Maven. Override the interpreter with `make install PYTHON=python3.12`.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+KAFKA_LOCAL := $(BIN)/python deploy/local-kafka/kafka_local.py
+# e.g. KAFKA_ARGS="--port 19092 --controller-port 19093 --data-dir /tmp/k"
+KAFKA_ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: help install kafka-jars lint test test-unit test-rest kafka-up kafka-down kafka-status \
+	bench-engine clean distclean
+
+help:
+	@echo "make install       create $(VENV) and install cairn with its dev extras"
+	@echo "make lint          ruff check, ruff format --check, mypy (strict)"
+	@echo "make test          unit tests first, then contract/integration/fault tests (real Kafka)"
+	@echo "make test-unit     only the fast tests that need no broker"
+	@echo "make kafka-up      start the local Kafka broker on 127.0.0.1:9092 (data in .kafka/)"
+	@echo "make kafka-down    stop it;  make kafka-status: is it serving?"
+	@echo "make bench-engine  engine alone vs the reference SDK (ENGINE_BENCH_ARGS=--check ...)"
+	@echo "make clean         remove caches;  make distclean: also $(VENV), jars and .kafka/"
+
+# ---- setup ------------------------------------------------------------------------------------
+
+install: $(INSTALLED)
+
+$(INSTALLED): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { \
+		echo "install: $(PYTHON) is older than Python 3.11; try make install PYTHON=python3.11" >&2; \
+		exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $@
+
+kafka-jars: $(INSTALLED)
+	$(KAFKA_LOCAL) jars
+
+# ---- quality ----------------------------------------------------------------------------------
+
+lint: $(INSTALLED)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/mypy deploy/local-kafka/*.py
+
+# ---- contracts --------------------------------------------------------------------------------
+
+# ---- tests ------------------------------------------------------------------------------------
+
+# Unit tests run first and alone: a failure there stops before any broker starts.
+# pytest exits 5 when it collects nothing; only the unit tier may legitimately be empty.
+test: $(INSTALLED)
+	@$(MAKE) --no-print-directory test-unit
+	@$(MAKE) --no-print-directory test-rest
+
+test-unit: $(INSTALLED)
+	@if [ ! -d tests/unit ]; then echo "test-unit: no tests/unit directory"; exit 0; fi; \
+	rc=0; $(BIN)/pytest tests/unit -q $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "test-unit: no unit tests collected"; rc=0; fi; exit $$rc
+
+test-rest: $(INSTALLED)
+	$(BIN)/pytest tests --ignore=tests/unit -q $(PYTEST_ARGS)
+
+# ---- local kafka ------------------------------------------------------------------------------
+
+kafka-up: $(INSTALLED)
+	$(KAFKA_LOCAL) up $(KAFKA_ARGS)
+
+kafka-down: $(INSTALLED)
+	$(KAFKA_LOCAL) down $(KAFKA_ARGS)
+
+kafka-status: $(INSTALLED)
+	$(KAFKA_LOCAL) status $(KAFKA_ARGS)
+
+# ---- run --------------------------------------------------------------------------------------
+
+# ---- bench ------------------------------------------------------------------------------------
+
+# The reference SDK runs from its own scratch venv (.cache/bench-ref-venv), created on first use.
+ENGINE_BENCH_ARGS ?=
+bench-engine: $(INSTALLED)
+	$(BIN)/python -m bench.engine_bench $(ENGINE_BENCH_ARGS)
+
+# ---- housekeeping -----------------------------------------------------------------------------
+
+clean:
+	@if [ -x $(BIN)/python ]; then $(KAFKA_LOCAL) down; fi
+	rm -rf .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info deploy/local-kafka/target .cache
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV) deploy/local-kafka/lib .kafka

@@ -1,0 +1,109 @@
+"""Times our engine on the benchmark scenario, the way the runtime drives it.
+
+Every invocation starts from the session state as bytes (decoded), runs to its ``Stopped`` event,
+and encodes the new state back to bytes: nothing but those bytes survives between invocations.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from bench import scenario
+from service.agent.definition import AgentDefinition
+from service.agent.events import Stopped
+from service.agent.loop import Invocation, run_invocation
+from service.agent.state import SessionState
+from service.agent.tools import tool
+from service.providers.scripted import ReplySpec, ScriptedModel, ToolCall
+from service.sessions.codec import decode_state, encode_state
+
+
+@tool
+def lookup_weather(city: str) -> str:
+    """Look up the current weather of a city.
+
+    Args:
+        city: Name of the city.
+    """
+    return scenario.weather(city)
+
+
+def make_definition() -> AgentDefinition:
+    return AgentDefinition(
+        name="bench",
+        model=ScriptedModel(scenario_replies(), mode="conversation"),
+        system_prompt=scenario.SYSTEM_PROMPT,
+        tools=[lookup_weather],
+        checkpointing=True,
+    )
+
+
+def scenario_replies() -> list[ReplySpec]:
+    """``scenario.REPLIES`` in the scripted provider's terms (same toolUseIds as the reference)."""
+    replies: list[ReplySpec] = []
+    for reply in scenario.REPLIES:
+        if "tool_use" in reply:
+            use = reply["tool_use"]
+            replies.append(ToolCall(use["name"], use["input"], use["toolUseId"]))
+        else:
+            replies.append(reply["text"])
+    return replies
+
+
+async def run_turn(definition: AgentDefinition, session_id: str) -> float:
+    """One turn of five invocations from bytes to bytes; returns the elapsed seconds."""
+    started = time.perf_counter()
+    blob = encode_state(SessionState(session_id=session_id, agent=definition.name))
+    checkpoint: dict[str, Any] | None = None
+    for step in range(scenario.INVOCATIONS_PER_TURN):
+        state = decode_state(blob)
+        prompt: Any = scenario.PROMPT if step == 0 else scenario.resume_input(checkpoint or {})
+        stopped: Stopped | None = None
+        async for event in run_invocation(
+            definition, state, Invocation(command_id=f"{session_id}:{step}", input=prompt)
+        ):
+            if isinstance(event, Stopped):
+                stopped = event
+        assert stopped is not None, "the engine must end every invocation with Stopped"
+        result = stopped.result
+        checkpoint = result.checkpoint.to_dict() if result.checkpoint is not None else None
+        scenario.check_stop(step, result.stop_reason, checkpoint)
+        blob = encode_state(stopped.state)
+    return time.perf_counter() - started
+
+
+async def measure(turns: int, warmup_turns: int) -> float:
+    """Invocations per second over ``turns`` fresh sessions, after ``warmup_turns`` untimed."""
+    definition = make_definition()
+    for turn in range(warmup_turns):
+        await run_turn(definition, f"warmup-{turn}")
+    elapsed = 0.0
+    for turn in range(turns):
+        elapsed += await run_turn(definition, f"session-{turn}")
+    return turns * scenario.INVOCATIONS_PER_TURN / elapsed
+
+
+def profile(turns: int, limit: int = 35) -> str:
+    """cProfile of ``turns`` timed turns, top functions by own time and by cumulative time."""
+    import asyncio
+    import cProfile
+    import io
+    import pstats
+
+    definition = make_definition()
+    asyncio.run(run_turn(definition, "warmup"))
+    profiler = cProfile.Profile()
+
+    async def turns_() -> None:
+        for turn in range(turns):
+            await run_turn(definition, f"profiled-{turn}")
+
+    profiler.enable()
+    asyncio.run(turns_())
+    profiler.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out).strip_dirs()
+    stats.sort_stats("tottime").print_stats(limit)
+    stats.sort_stats("cumulative").print_stats(limit)
+    return out.getvalue()

@@ -1,0 +1,120 @@
+"""Times the reference SDK on the benchmark scenario; runs inside the scratch virtualenv only.
+
+Prints one JSON object on stdout: invocations per second per repetition for ``memory`` (one Agent
+kept in memory for the whole turn) and ``restore`` (a fresh Agent restored from a
+FileSessionManager before every invocation). Every invocation is checked against the scenario.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+import tempfile
+import time
+import uuid
+from importlib.metadata import version
+from typing import Any
+
+import scenario
+from reference_model import ScriptedReferenceModel
+from strands import Agent, tool
+from strands.session.file_session_manager import FileSessionManager
+
+
+@tool(name=scenario.TOOL_NAME, description=scenario.TOOL_DESCRIPTION)
+def lookup_weather(city: str) -> str:
+    """Look up the current weather of a city.
+
+    Args:
+        city: Name of the city.
+    """
+    return scenario.weather(city)
+
+
+def make_agent(session_manager: FileSessionManager | None = None) -> Agent:
+    return Agent(
+        model=ScriptedReferenceModel(),
+        tools=[lookup_weather],
+        system_prompt=scenario.SYSTEM_PROMPT,
+        callback_handler=None,
+        checkpointing=True,
+        session_manager=session_manager,
+    )
+
+
+def checked(step: int, result: Any) -> dict[str, Any] | None:
+    checkpoint = result.checkpoint.to_dict() if result.checkpoint is not None else None
+    scenario.check_stop(step, str(result.stop_reason), checkpoint)
+    return checkpoint
+
+
+async def turn_in_memory() -> float:
+    """One turn with the Agent kept in memory; building the Agent is not timed."""
+    agent = make_agent()
+    started = time.perf_counter()
+    checkpoint = checked(0, await agent.invoke_async(scenario.PROMPT))
+    for step in range(1, scenario.INVOCATIONS_PER_TURN):
+        assert checkpoint is not None
+        checkpoint = checked(step, await agent.invoke_async(scenario.resume_input(checkpoint)))
+    return time.perf_counter() - started
+
+
+async def turn_restoring(storage_dir: str) -> float:
+    """One turn where every invocation restores a fresh Agent from the session files (timed)."""
+    session_id = uuid.uuid4().hex
+    started = time.perf_counter()
+    checkpoint: dict[str, Any] | None = None
+    for step in range(scenario.INVOCATIONS_PER_TURN):
+        manager = FileSessionManager(session_id=session_id, storage_dir=storage_dir)
+        agent = make_agent(manager)
+        prompt: Any = scenario.PROMPT if step == 0 else scenario.resume_input(checkpoint or {})
+        checkpoint = checked(step, await agent.invoke_async(prompt))
+    return time.perf_counter() - started
+
+
+async def measure(mode: str, turns: int, storage_dir: str) -> float:
+    elapsed = 0.0
+    for _ in range(turns):
+        if mode == "memory":
+            elapsed += await turn_in_memory()
+        else:
+            elapsed += await turn_restoring(storage_dir)
+    return turns * scenario.INVOCATIONS_PER_TURN / elapsed
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    results: dict[str, list[float]] = {mode: [] for mode in args.modes}
+    with tempfile.TemporaryDirectory(prefix="bench-ref-sessions-") as storage_dir:
+        for mode in args.modes:
+            await measure(mode, args.warmup_turns, storage_dir)
+        # Modes alternate within each repetition so background load hits them alike.
+        for _ in range(args.repeats):
+            for mode in args.modes:
+                results[mode].append(await measure(mode, args.turns, storage_dir))
+    return {
+        "engine": "strands-agents",
+        "version": version("strands-agents"),
+        "python": sys.version.split()[0],
+        "turns_per_repeat": args.turns,
+        "invocations_per_turn": scenario.INVOCATIONS_PER_TURN,
+        "invocations_per_s": results,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--turns", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--warmup-turns", type=int, default=5)
+    parser.add_argument("--modes", nargs="+", default=["memory", "restore"])
+    args = parser.parse_args()
+    # The SDK's warnings would go to stderr per invocation and be timed; keep only errors.
+    logging.basicConfig(level=logging.ERROR)
+    print(json.dumps(asyncio.run(main_async(args))))
+
+
+if __name__ == "__main__":
+    main()

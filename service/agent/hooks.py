@@ -1,0 +1,147 @@
+"""Hook events of the loop and the registry that fires them.
+
+Callbacks of one event type run in registration order (``After*`` events in reverse, so hooks
+nest like context managers); sync and async callbacks are both accepted. An input rejected by
+validation fires no hook at all.
+"""
+
+from __future__ import annotations
+
+import abc
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from service.agent.interrupts import InterruptBook, before_tool_call_id, before_tools_id
+from service.agent.types import AgentResult, ContentBlock, Message
+
+if TYPE_CHECKING:
+    from service.agent.definition import AgentDefinition
+    from service.agent.provider import ModelReply, ModelRequest
+    from service.agent.tools import Tool
+
+
+@dataclass(slots=True)
+class HookEvent:
+    agent: AgentDefinition
+    session_id: str
+
+
+@dataclass(slots=True)
+class BeforeInvocationEvent(HookEvent):
+    """Fires after validation, before the input changes anything (also on every resume)."""
+
+    input: Any
+    invocation_state: dict[str, Any]
+    agent_state: dict[str, Any]
+
+
+@dataclass(slots=True)
+class AfterInvocationEvent(HookEvent):
+    result: AgentResult
+
+
+@dataclass(slots=True)
+class MessageAddedEvent(HookEvent):
+    message: Message
+
+
+@dataclass(slots=True)
+class BeforeModelCallEvent(HookEvent):
+    request: ModelRequest
+
+
+@dataclass(slots=True)
+class AfterModelCallEvent(HookEvent):
+    reply: ModelReply | None
+    error: Exception | None = None
+    cancelled: bool = False
+
+
+@dataclass(slots=True)
+class BeforeToolsEvent(HookEvent):
+    """Fires before a batch runs (also when answers re-run it); may raise an interrupt."""
+
+    message: Message
+    tool_uses: list[dict[str, Any]]
+    _book: InterruptBook = field(default_factory=InterruptBook, repr=False)
+
+    def interrupt(self, name: str, reason: Any = None, response: Any = None) -> Any:
+        return self._book.ask(before_tools_id(name), name, reason, response)
+
+
+@dataclass(slots=True)
+class AfterToolsEvent(HookEvent):
+    message: Message
+    results: list[ContentBlock]
+    interrupted: bool = False
+    cancelled: bool = False
+
+
+@dataclass(slots=True)
+class BeforeToolCallEvent(HookEvent):
+    """Fires before one tool runs; set ``cancel_tool`` to skip it with that error text."""
+
+    tool_use: dict[str, Any]
+    tool: Tool | None
+    invocation_state: dict[str, Any]
+    cancel_tool: str | None = None
+    _book: InterruptBook = field(default_factory=InterruptBook, repr=False)
+
+    def interrupt(self, name: str, reason: Any = None, response: Any = None) -> Any:
+        tool_use_id = str(self.tool_use.get("toolUseId", ""))
+        return self._book.ask(before_tool_call_id(tool_use_id, name), name, reason, response)
+
+
+@dataclass(slots=True)
+class AfterToolCallEvent(HookEvent):
+    """Fires after one tool ran; ``result`` may be replaced by the callback."""
+
+    tool_use: dict[str, Any]
+    tool: Tool | None
+    result: ContentBlock
+    exception: Exception | None = None
+
+
+E = TypeVar("E", bound=HookEvent)
+HookCallback = Callable[[E], "Awaitable[None] | None"]
+
+
+class HookRegistry:
+    """Callbacks by event type; cheap to ask whether anything listens."""
+
+    __slots__ = ("_callbacks",)
+
+    def __init__(self) -> None:
+        self._callbacks: dict[type[HookEvent], list[Callable[[Any], Any]]] = {}
+
+    def add_callback(self, event_type: type[E], callback: HookCallback[E]) -> None:
+        callbacks = self._callbacks.setdefault(event_type, [])
+        if event_type.__name__.startswith("After"):
+            callbacks.insert(0, callback)
+        else:
+            callbacks.append(callback)
+
+    def has(self, event_type: type[HookEvent]) -> bool:
+        return event_type in self._callbacks
+
+    async def fire(self, event: HookEvent) -> None:
+        for callback in self._callbacks.get(type(event), ()):
+            outcome = callback(event)
+            if inspect.isawaitable(outcome):
+                await outcome
+
+
+class HookProvider(abc.ABC):
+    """A bundle of callbacks an agent definition carries."""
+
+    @abc.abstractmethod
+    def register_hooks(self, registry: HookRegistry) -> None: ...
+
+
+def build_registry(providers: Sequence[HookProvider]) -> HookRegistry:
+    registry = HookRegistry()
+    for provider in providers:
+        provider.register_hooks(registry)
+    return registry

@@ -1,0 +1,200 @@
+"""The invocation command and its validation into a plan, before anything changes.
+
+:func:`plan` is pure: it reads the session state and raises a documented
+:class:`~service.agent.errors.EngineError` for any input it rejects, in the order SEMANTICS.md
+gives, so a rejected input leaves no trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from service.agent.definition import AgentDefinition
+from service.agent.errors import (
+    CheckpointIncompatibleError,
+    CheckpointingDisabledError,
+    CheckpointStaleError,
+    InterruptPendingError,
+    InvalidInputError,
+    NoPendingInterruptError,
+    UnknownInterruptError,
+)
+from service.agent.messages import prompt_messages
+from service.agent.state import SessionState
+from service.agent.types import Checkpoint, Limits, Message
+
+
+@dataclass(slots=True)
+class Invocation:
+    """One command for the engine: a prompt, a checkpoint resume or interrupt answers."""
+
+    command_id: str
+    input: Any
+    checkpointing: bool | None = None
+    limits: Limits | None = None
+    invocation_state: dict[str, Any] | None = None
+
+
+Step = Literal["model", "tools"]
+
+
+@dataclass(slots=True)
+class Plan:
+    kind: Literal["prompt", "resume", "answers", "recover"]
+    start: Step
+    cycle_index: int
+    checkpointing: bool
+    limits: Limits
+    prompt: list[Message] = field(default_factory=list)
+    checkpoint: Checkpoint | None = None
+    answers: dict[str, Any] = field(default_factory=dict)
+
+
+def _is_checkpoint_resume(value: Any) -> bool:
+    if isinstance(value, dict):
+        return "checkpointResume" in value
+    return isinstance(value, list) and any(
+        isinstance(item, dict) and "checkpointResume" in item for item in value
+    )
+
+
+def _is_answers(value: Any) -> bool:
+    return isinstance(value, list) and any(
+        isinstance(item, dict) and "interruptResponse" in item for item in value
+    )
+
+
+def _check_prompt(value: Any) -> list[Message]:
+    if isinstance(value, str):
+        return prompt_messages(value)
+    if not isinstance(value, list) or not value:
+        raise InvalidInputError("input must be text, content blocks, messages or a resume")
+    if not all(isinstance(item, dict) and item for item in value):
+        raise InvalidInputError("every content block or message must be a non-empty object")
+    with_role = sum(1 for item in value if "role" in item)
+    if with_role == len(value):
+        for message in value:
+            if message["role"] not in ("user", "assistant") or not isinstance(
+                message.get("content"), list
+            ):
+                raise InvalidInputError(
+                    "a message needs a role (user|assistant) and a content list"
+                )
+    elif with_role:
+        raise InvalidInputError("input mixes messages and content blocks")
+    return prompt_messages(value)
+
+
+def _checkpointing(agent: AgentDefinition, state: SessionState, invocation: Invocation) -> bool:
+    if invocation.checkpointing is not None:
+        return invocation.checkpointing
+    if state.turn_checkpointing is not None:
+        return state.turn_checkpointing
+    return agent.checkpointing
+
+
+def _limits(agent: AgentDefinition, state: SessionState, invocation: Invocation) -> Limits:
+    if invocation.limits is not None:
+        return invocation.limits
+    if state.turn_limits is not None:
+        return Limits.from_dict(state.turn_limits)
+    return agent.limits
+
+
+def _plan_resume(agent: AgentDefinition, state: SessionState, invocation: Invocation) -> Plan:
+    if state.interrupted:
+        raise InterruptPendingError("an interrupt is pending: only interrupt answers are accepted")
+    checkpointing = _checkpointing(agent, state, invocation)
+    if not checkpointing:
+        raise CheckpointingDisabledError("checkpointing is off for this agent and invocation")
+    payload = invocation.input
+    if not isinstance(payload, dict):
+        raise CheckpointIncompatibleError("checkpoint resume must be an object, not a list")
+    inner = payload["checkpointResume"]
+    if not isinstance(inner, dict) or "checkpoint" not in inner:
+        raise CheckpointIncompatibleError("checkpointResume must be an object with a checkpoint")
+    checkpoint = Checkpoint.from_dict(inner["checkpoint"])
+    if checkpoint != state.checkpoint:
+        raise CheckpointStaleError("checkpoint is not the pause this session issued last")
+    if checkpoint.position == "after_model":
+        start: Step = "tools"
+        cycle = checkpoint.cycle_index
+    else:
+        start, cycle = "model", checkpoint.cycle_index + 1
+    return Plan(
+        kind="resume",
+        start=start,
+        cycle_index=cycle,
+        checkpointing=True,
+        limits=_limits(agent, state, invocation),
+        checkpoint=checkpoint,
+    )
+
+
+def _plan_answers(agent: AgentDefinition, state: SessionState, invocation: Invocation) -> Plan:
+    answers: dict[str, Any] = {}
+    for item in invocation.input:
+        body = item.get("interruptResponse") if isinstance(item, dict) else None
+        if (
+            not isinstance(body, dict)
+            or len(item) != 1
+            or not isinstance(body.get("interruptId"), str)
+            or "response" not in body
+        ):
+            raise InvalidInputError(
+                "each answer must be {'interruptResponse': {'interruptId': str, 'response': ...}}"
+            )
+        answers[body["interruptId"]] = body["response"]
+    if not state.interrupted or state.pending is None:
+        raise NoPendingInterruptError("no interrupt is pending in this session")
+    known = {i.id for i in state.pending.interrupts}
+    unknown = sorted(set(answers) - known)
+    if unknown:
+        raise UnknownInterruptError(f"unknown interrupt ids: {unknown}")
+    return Plan(
+        kind="answers",
+        start="tools",
+        cycle_index=state.cycle_index,
+        checkpointing=_checkpointing(agent, state, invocation),
+        limits=_limits(agent, state, invocation),
+        answers=answers,
+    )
+
+
+def plan(agent: AgentDefinition, state: SessionState, invocation: Invocation) -> Plan:
+    """Validate ``invocation`` against ``state``; raise an EngineError or say where to start."""
+    inflight = state.inflight
+    if (
+        inflight is not None
+        and invocation.command_id
+        and inflight.command_id == invocation.command_id
+    ):
+        after_model = inflight.position == "after_model"
+        return Plan(
+            kind="recover",
+            start="tools" if after_model else "model",
+            cycle_index=inflight.cycle_index if after_model else inflight.cycle_index + 1,
+            checkpointing=inflight.checkpointing,
+            limits=_limits(agent, state, invocation),
+        )
+    value = invocation.input
+    if _is_checkpoint_resume(value):
+        return _plan_resume(agent, state, invocation)
+    if _is_answers(value):
+        return _plan_answers(agent, state, invocation)
+    if value is None or isinstance(value, dict):
+        raise InvalidInputError("input must be text, content blocks, messages or a resume")
+    messages = _check_prompt(value)
+    if state.interrupted:
+        raise InterruptPendingError("an interrupt is pending: only interrupt answers are accepted")
+    return Plan(
+        kind="prompt",
+        start="model",
+        cycle_index=0,
+        checkpointing=invocation.checkpointing
+        if invocation.checkpointing is not None
+        else agent.checkpointing,
+        limits=invocation.limits if invocation.limits is not None else agent.limits,
+        prompt=messages,
+    )

@@ -1,0 +1,51 @@
+"""History edits that keep the conversation valid: roles alternate, every toolUse gets a result.
+
+Messages already in history are never mutated in place (snapshots share them); a message that
+must grow is replaced by a new dict.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from service.agent.results import error_result
+from service.agent.types import ContentBlock, Message
+
+
+def tool_uses(message: Message) -> list[dict[str, Any]]:
+    return [block["toolUse"] for block in message.get("content", ()) if "toolUse" in block]
+
+
+def append_message(messages: list[Message], message: Message) -> Message:
+    """Append ``message``, joining it to the last one when both have the same role.
+
+    Returns the message as it now stands in history.
+    """
+    if messages and messages[-1].get("role") == message.get("role"):
+        last = messages[-1]
+        joined = {**last, "content": [*last.get("content", ()), *message.get("content", ())]}
+        messages[-1] = joined
+        return joined
+    messages.append(message)
+    return message
+
+
+def results_message(
+    uses: list[dict[str, Any]], results: dict[str, ContentBlock], missing_text: str
+) -> Message:
+    """One user message with a result for every toolUse, in toolUse order."""
+    content: list[ContentBlock] = []
+    for use in uses:
+        tool_use_id = use["toolUseId"]
+        block = results.get(tool_use_id)
+        content.append(block if block is not None else error_result(tool_use_id, missing_text))
+    return {"role": "user", "content": content}
+
+
+def prompt_messages(prompt: Any) -> list[Message]:
+    """The user messages of a prompt (text, content blocks or messages); shape already checked."""
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": [{"text": prompt}]}]
+    if prompt and all("role" in item for item in prompt):
+        return [{"role": m["role"], "content": list(m.get("content") or [])} for m in prompt]
+    return [{"role": "user", "content": list(prompt)}]

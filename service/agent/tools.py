@@ -1,0 +1,141 @@
+"""Tools: the ``@tool`` decorator, the :class:`Tool` seam and the context a tool receives.
+
+A decorated function keeps working as a plain function; the engine calls :meth:`Tool.invoke`,
+which validates the input against the spec derived from the function's type hints. Sync
+functions run in a worker thread unless declared ``inline`` (then they must not block).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, overload
+
+from pydantic import BaseModel
+
+from service.agent.cancel import CancelSignal
+from service.agent.interrupts import InterruptBook, tool_call_id
+from service.agent.provider import ToolSpec
+from service.agent.toolspec import spec_for
+
+
+@dataclass(slots=True)
+class ToolContext:
+    """What a running tool may know and do besides its input."""
+
+    session_id: str
+    tool_use_id: str
+    cancel: CancelSignal
+    invocation_state: dict[str, Any] = field(default_factory=dict)
+    agent_state: dict[str, Any] = field(default_factory=dict)
+    tool_use: dict[str, Any] = field(default_factory=dict)
+    agent_name: str = ""
+    _book: InterruptBook = field(default_factory=InterruptBook, repr=False)
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable across replays of the same tool call: ``<session_id>:<toolUseId>``."""
+        return f"{self.session_id}:{self.tool_use_id}"
+
+    def interrupt(self, name: str, reason: Any = None, response: Any = None) -> Any:
+        """Return the human answer to ``name``; without one, pause the invocation here.
+
+        The tool runs again from its start once answered, so code before this call must be
+        safe to repeat.
+        """
+        return self._book.ask(tool_call_id(self.tool_use_id, name), name, reason, response)
+
+
+class Tool(abc.ABC):
+    """A callable the model may ask for; ``spec`` is what the model is told about it."""
+
+    spec: ToolSpec
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @abc.abstractmethod
+    async def invoke(self, input: dict[str, Any], context: ToolContext) -> Any:
+        """Run once and return the raw value (mapped to a toolResult by the engine)."""
+
+
+def _context_param(fn: Callable[..., Any]) -> str | None:
+    try:
+        hints = inspect.get_annotations(fn, eval_str=True)
+    except (NameError, TypeError):
+        hints = dict(getattr(fn, "__annotations__", {}))
+    for pname in inspect.signature(fn).parameters:
+        hint = hints.get(pname)
+        if hint is ToolContext or hint == "ToolContext" or pname == "context":
+            return pname
+    return None
+
+
+class FunctionTool(Tool):
+    """A tool made from a plain (sync or async) function by :func:`tool`."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        inline: bool = False,
+    ) -> None:
+        self.fn = fn
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.inline = inline
+        self.context_param = _context_param(fn)
+        skip = frozenset({self.context_param} if self.context_param else ())
+        self.spec, self._model = spec_for(fn, name or fn.__name__, description, skip)
+        self.__doc__ = fn.__doc__
+        self.__name__ = getattr(fn, "__name__", self.spec.name)
+
+    @property
+    def input_model(self) -> type[BaseModel]:
+        return self._model
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    async def invoke(self, input: dict[str, Any], context: ToolContext) -> Any:
+        kwargs = dict(self._model.model_validate(input).__dict__)
+        if self.context_param:
+            kwargs[self.context_param] = context
+        if self.is_async:
+            return await self.fn(**kwargs)
+        if self.inline:
+            return self.fn(**kwargs)
+        return await asyncio.to_thread(self.fn, **kwargs)
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> FunctionTool: ...
+
+
+@overload
+def tool(
+    *, name: str | None = None, description: str | None = None, inline: bool = False
+) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    inline: bool = False,
+) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+    """Turn a function into a :class:`Tool`; usable bare (``@tool``) or with options."""
+    if fn is not None:
+        return FunctionTool(fn, name=name, description=description, inline=inline)
+
+    def wrap(f: Callable[..., Any]) -> FunctionTool:
+        return FunctionTool(f, name=name, description=description, inline=inline)
+
+    return wrap

@@ -1,0 +1,54 @@
+"""Builds a model provider from an agents-file provider table plus the environment.
+
+Guarantee: the API key is read only from the ``env`` mapping the caller passes, lands in a
+``SecretStr`` and appears in no message; bad options fail here, at start-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import BaseModel, SecretStr, ValidationError
+
+from service.agent.provider import ModelProvider
+from service.agent_config.errors import AgentConfigError, describe_validation
+from service.agent_config.schema import ProviderSpec
+from service.providers.anthropic import AnthropicProvider
+from service.providers.config import AnthropicConfig, OpenAICompatConfig
+from service.providers.extras import MissingExtraError
+from service.providers.openai_compat import OpenAICompatProvider
+
+_KINDS: dict[str, tuple[type[BaseModel], Callable[[Any], ModelProvider]]] = {
+    "openai_compat": (OpenAICompatConfig, OpenAICompatProvider),
+    "anthropic": (AnthropicConfig, AnthropicProvider),
+}
+
+
+def build_provider(
+    spec: ProviderSpec, model: str, env: Mapping[str, str], where: str
+) -> ModelProvider:
+    config_type, factory = _KINDS[spec.type]
+    options: dict[str, Any] = {**spec.options(), "model_id": model}
+    if spec.api_key_env is not None:
+        value = env.get(spec.api_key_env)
+        if value is None:
+            raise AgentConfigError(
+                f"{where}: environment variable {spec.api_key_env!r} (provider.api_key_env) "
+                "is not set"
+            )
+        options["api_key"] = SecretStr(value)
+    elif (
+        "api_key" in config_type.model_fields and config_type.model_fields["api_key"].is_required()
+    ):
+        raise AgentConfigError(f"{where}: provider {spec.type!r} needs api_key_env")
+    try:
+        config = config_type.model_validate(options)
+    except ValidationError as exc:
+        raise AgentConfigError(
+            f"{where}: bad {spec.type} options: {describe_validation(exc, 'provider')}"
+        ) from None
+    try:
+        return factory(config)
+    except MissingExtraError as exc:
+        raise AgentConfigError(f"{where}: {exc}") from None

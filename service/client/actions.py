@@ -1,0 +1,274 @@
+"""What each client command does: publish, then optionally follow the session until it settles.
+
+A follower is positioned before the command is published, so the answer can never slip past it;
+a wait is bounded by a timeout and says clearly when nothing answered (no service running?).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from service.client import commands, render
+from service.client.kafka_io import ClientError, Reader, Seen, publish
+from service.settings import Settings
+from service.wire.commands import CancelCommand, InvokeCommand, ResumeCommand
+
+Write = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class WaitOptions:
+    wait: bool = False
+    timeout_s: float = 120.0
+    show_events: bool = True
+
+
+def _is_result(seen: Seen) -> bool:
+    return seen.body is not None and seen.body.get("type") == "agent_result"
+
+
+def _exit_code(result: dict[str, Any]) -> int:
+    return 1 if result.get("stop_reason") == "error" else 0
+
+
+async def _send_and_follow(
+    settings: Settings,
+    command: InvokeCommand | ResumeCommand | CancelCommand,
+    options: WaitOptions,
+    write: Write,
+    *,
+    answers_command: str | None,
+) -> int:
+    """Publish ``command``; with a wait, print its session's progress until the awaited result.
+
+    ``answers_command`` is the command id whose result ends the wait; None means the session's
+    next result, whichever command it answers (used for cancels).
+    """
+    topics = settings.topics
+    topic = topics.control if isinstance(command, CancelCommand) else topics.commands
+    value = commands.encode(command)
+    body = command.model_dump(mode="json", exclude_unset=True)
+    if not options.wait:
+        partition, offset = await publish(settings.kafka, topic, command.session_id, value)
+        write(render.published_line(command.type, body, partition, offset))
+        return 0
+    outputs = [topics.events, topics.results] if options.show_events else [topics.results]
+    async with Reader(settings.kafka, outputs, session_id=command.session_id) as follower:
+        partition, offset = await publish(settings.kafka, topic, command.session_id, value)
+        write(render.published_line(command.type, body, partition, offset))
+        try:
+            async with asyncio.timeout(options.timeout_s):
+                return await _follow(follower, command.command_id, answers_command, write)
+        except TimeoutError:
+            raise ClientError(
+                f"no result for command {command.command_id} within {options.timeout_s:g}s "
+                "(is `cairn serve` running? `cairn watch` shows what arrives)"
+            ) from None
+
+
+async def _follow(
+    follower: Reader, command_id: str, answers_command: str | None, write: Write
+) -> int:
+    """Print the command's events until the awaited result, then the result; returns the status.
+
+    Events and their result are committed together but live on two topics, so once the result
+    is seen the events partition is read up to its end before the result is printed.
+    """
+    wanted = {command_id, answers_command}
+
+    def show_events(batch: list[Seen]) -> None:
+        for seen in batch:
+            body = seen.body
+            if body is not None and not _is_result(seen) and body.get("command_id") in wanted:
+                line = render.event_line(body)
+                if line is not None:
+                    write(line)
+
+    while True:
+        batch = await follower.poll()
+        show_events(batch)
+        for seen in batch:
+            if seen.body is None or not _is_result(seen):
+                continue
+            if answers_command is None or seen.body.get("command_id") == answers_command:
+                show_events(await follower.scan())
+                for line in render.result_lines(seen.body):
+                    write(line)
+                return _exit_code(seen.body)
+
+
+async def invoke(
+    settings: Settings,
+    *,
+    session_id: str,
+    agent: str,
+    prompt: str,
+    checkpointing: bool | None,
+    command_id: str | None,
+    options: WaitOptions,
+    write: Write = print,
+) -> int:
+    command = commands.invoke(
+        session_id, agent, prompt, command_id=command_id, checkpointing=checkpointing
+    )
+    return await _send_and_follow(
+        settings, command, options, write, answers_command=command.command_id
+    )
+
+
+async def last_results(settings: Settings, session_id: str, limit: int) -> list[dict[str, Any]]:
+    """The session's latest results, oldest first (a scan of its results partition)."""
+    async with Reader(
+        settings.kafka, [settings.topics.results], session_id=session_id, from_beginning=True
+    ) as scan:
+        found = [s.body for s in await scan.scan() if _is_result(s) and s.body is not None]
+    return found[-limit:] if limit > 0 else []
+
+
+def _resume_from_last(
+    session_id: str, last: dict[str, Any] | None, command_id: str | None
+) -> ResumeCommand:
+    if last is None:
+        raise ClientError(f"session {session_id!r} has no result yet: nothing to resume")
+    reason = last.get("stop_reason")
+    if reason == "checkpoint" and last.get("checkpoint"):
+        return commands.resume_from_checkpoint(
+            session_id, last["checkpoint"], command_id=command_id
+        )
+    if reason == "interrupt":
+        ids = [str(i.get("id")) for i in last.get("interrupts") or []]
+        raise ClientError(
+            f"session {session_id!r} waits for answers to interrupts {ids}: use --answer ID=JSON"
+        )
+    raise ClientError(
+        f"session {session_id!r} is not paused at a checkpoint "
+        f"(its last result, command {last.get('command_id')}, stopped with {reason!r})"
+    )
+
+
+async def resume(
+    settings: Settings,
+    *,
+    session_id: str,
+    checkpoint_json: str | None,
+    answers: Sequence[str],
+    command_id: str | None,
+    options: WaitOptions,
+    write: Write = print,
+) -> int:
+    if checkpoint_json is not None and answers:
+        raise commands.CommandInputError("give either --checkpoint or --answer, not both")
+    command: ResumeCommand
+    if checkpoint_json is not None:
+        checkpoint = commands.parse_json_arg(checkpoint_json, "--checkpoint")
+        command = commands.resume_from_checkpoint(session_id, checkpoint, command_id=command_id)
+    else:
+        found = await last_results(settings, session_id, 1)
+        last = found[-1] if found else None
+        if answers:
+            pending = [
+                str(i.get("id"))
+                for i in ((last or {}).get("interrupts") or [])
+                if (last or {}).get("stop_reason") == "interrupt"
+            ]
+            parsed = commands.parse_answers(answers, pending)
+            command = commands.resume_with_answers(session_id, parsed, command_id=command_id)
+        else:
+            command = _resume_from_last(session_id, last, command_id)
+    return await _send_and_follow(
+        settings, command, options, write, answers_command=command.command_id
+    )
+
+
+async def cancel(
+    settings: Settings,
+    *,
+    session_id: str,
+    target_command_id: str | None,
+    message: str | None,
+    after_current_tools: bool,
+    command_id: str | None,
+    options: WaitOptions,
+    write: Write = print,
+) -> int:
+    command = commands.cancel(
+        session_id,
+        target_command_id=target_command_id,
+        message=message,
+        after_current_tools=after_current_tools,
+        command_id=command_id,
+    )
+    return await _send_and_follow(
+        settings, command, options, write, answers_command=target_command_id
+    )
+
+
+async def watch(
+    settings: Settings,
+    *,
+    session_id: str | None,
+    from_beginning: bool,
+    show_events: bool = True,
+    write: Write = print,
+    stop: asyncio.Event | None = None,
+) -> int:
+    """Print results (and events) as they are committed, until ``stop`` is set or Ctrl-C."""
+    topics = [settings.topics.results]
+    if show_events:
+        topics.insert(0, settings.topics.events)
+    async with Reader(
+        settings.kafka, topics, session_id=session_id, from_beginning=from_beginning
+    ) as tail:
+        scope = f"session {session_id}" if session_id else "all sessions"
+        write(f"watching {scope} on {', '.join(topics)} (Ctrl-C to stop)")
+        while stop is None or not stop.is_set():
+            for seen in await tail.poll():
+                write_seen(seen, write, prefix_session=session_id is None)
+    return 0
+
+
+def write_seen(seen: Seen, write: Write, *, prefix_session: bool) -> None:
+    prefix = f"[{seen.key}] " if prefix_session else ""
+    if seen.body is None:
+        write(f"{prefix}(undecodable record at {seen.topic}/{seen.partition}@{seen.offset})")
+        return
+    if _is_result(seen):
+        for line in render.result_lines(seen.body):
+            write(prefix + line)
+        return
+    write(
+        prefix
+        + render.event_line(seen.body).lstrip()
+        + f"  (command {seen.body.get('command_id')})"
+    )
+
+
+async def session_state(settings: Settings, session_id: str) -> dict[str, Any] | None:
+    """The session's latest committed state from the compacted sessions topic, as a dict."""
+    from service.sessions.codec import decode_state
+
+    async with Reader(
+        settings.kafka, [settings.topics.sessions], session_id=session_id, from_beginning=True
+    ) as scan:
+        records = await scan.scan()
+    if not records or records[-1].raw is None:
+        return None
+    state: dict[str, Any] = decode_state(records[-1].raw).to_dict()
+    return state
+
+
+async def show_session(
+    settings: Settings, *, session_id: str, results: int, write: Write = print
+) -> int:
+    state = await session_state(settings, session_id)
+    for line in render.state_lines(state):
+        write(line)
+    found = await last_results(settings, session_id, results)
+    write(f"last {len(found)} result(s):" if found else "no results yet")
+    for result in found:
+        for line in render.result_lines(result):
+            write("  " + line)
+    return 0

@@ -1,0 +1,161 @@
+"""The client's subcommands for the ``cairn`` command line: invoke, resume, cancel, watch, session.
+
+:func:`register_client_commands` adds them to the CLI, each handled by :func:`run_client_command`.
+Mistakes a person can fix end with a one-line message and exit status 2, never a traceback; an
+``error`` result ends with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from service.client import actions
+from service.client.commands import CommandInputError
+from service.client.kafka_io import ClientError
+from service.settings import Settings
+
+Action = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
+Subparsers = Any
+"""``argparse._SubParsersAction``, which is private and so not named in a signature."""
+
+CLIENT_COMMANDS = ("invoke", "resume", "cancel", "watch", "session")
+
+
+def _wait_options(args: argparse.Namespace) -> actions.WaitOptions:
+    return actions.WaitOptions(
+        wait=args.wait, timeout_s=args.timeout, show_events=not args.no_events
+    )
+
+
+def _add_common(parser: argparse.ArgumentParser, *, waits: bool) -> None:
+    parser.add_argument(
+        "--bootstrap-servers", help="Kafka bootstrap servers (default: from CAIRN_ settings)"
+    )
+    if waits:
+        parser.add_argument("--command-id", help="the command id (default: a new random one)")
+        parser.add_argument(
+            "--wait", action="store_true", help="follow the session until this command's result"
+        )
+        parser.add_argument(
+            "--timeout", type=float, default=120.0, help="seconds to wait (default: 120)"
+        )
+        parser.add_argument("--no-events", action="store_true", help="show only the result")
+
+
+async def _invoke(args: argparse.Namespace, settings: Settings) -> int:
+    return await actions.invoke(
+        settings,
+        session_id=args.session,
+        agent=args.agent,
+        prompt=args.prompt,
+        checkpointing=True if args.checkpointing else None,
+        command_id=args.command_id,
+        options=_wait_options(args),
+    )
+
+
+async def _resume(args: argparse.Namespace, settings: Settings) -> int:
+    return await actions.resume(
+        settings,
+        session_id=args.session,
+        checkpoint_json=args.checkpoint,
+        answers=args.answer or [],
+        command_id=args.command_id,
+        options=_wait_options(args),
+    )
+
+
+async def _cancel(args: argparse.Namespace, settings: Settings) -> int:
+    return await actions.cancel(
+        settings,
+        session_id=args.session,
+        target_command_id=args.command,
+        message=args.message,
+        after_current_tools=args.after_current_tools,
+        command_id=args.command_id,
+        options=_wait_options(args),
+    )
+
+
+async def _watch(args: argparse.Namespace, settings: Settings) -> int:
+    return await actions.watch(
+        settings,
+        session_id=args.session,
+        from_beginning=args.from_beginning,
+        show_events=not args.no_events,
+    )
+
+
+async def _session_show(args: argparse.Namespace, settings: Settings) -> int:
+    return await actions.show_session(settings, session_id=args.session, results=args.results)
+
+
+def register_client_commands(subparsers: Subparsers) -> None:
+    """Add the client's subcommands; each is handled by :func:`run_client_command`."""
+    p = subparsers.add_parser("invoke", help="run an agent on a prompt in a session")
+    p.add_argument("prompt", help="the user prompt")
+    p.add_argument("--session", required=True, help="session id (also the record key)")
+    p.add_argument("--agent", default="demo", help="agent name (default: demo)")
+    p.add_argument(
+        "--checkpointing", action="store_true", help="pause at every checkpoint of this turn"
+    )
+    _add_common(p, waits=True)
+    p.set_defaults(handler=run_client_command, client_action=_invoke)
+
+    p = subparsers.add_parser("resume", help="continue a paused session")
+    p.add_argument("--session", required=True)
+    p.add_argument(
+        "--checkpoint", help="checkpoint JSON (default: the one in the session's last result)"
+    )
+    p.add_argument(
+        "--answer",
+        action="append",
+        metavar="ID=JSON",
+        help="answer an interrupt (repeatable); a bare JSON answers the only pending one",
+    )
+    _add_common(p, waits=True)
+    p.set_defaults(handler=run_client_command, client_action=_resume)
+
+    p = subparsers.add_parser("cancel", help="cancel what a session is doing (or one command)")
+    p.add_argument("--session", required=True)
+    p.add_argument("--command", help="cancel exactly this command id")
+    p.add_argument("--after-current-tools", action="store_true", help="let running tools finish")
+    p.add_argument("--message", help="text of the assistant message the cancel leaves")
+    _add_common(p, waits=True)
+    p.set_defaults(handler=run_client_command, client_action=_cancel)
+
+    p = subparsers.add_parser("watch", help="print results and events as they are committed")
+    p.add_argument("--session", help="only this session (default: all)")
+    p.add_argument("--from-beginning", action="store_true", help="replay what is already there")
+    p.add_argument("--no-events", action="store_true", help="show only results")
+    _add_common(p, waits=False)
+    p.set_defaults(handler=run_client_command, client_action=_watch)
+
+    p = subparsers.add_parser("session", help="inspect sessions")
+    session_commands = p.add_subparsers(dest="session_command", required=True)
+    show = session_commands.add_parser("show", help="state, pause point and last results")
+    show.add_argument("session", help="session id")
+    show.add_argument("--results", type=int, default=3, help="how many results (default: 3)")
+    _add_common(show, waits=False)
+    show.set_defaults(handler=run_client_command, client_action=_session_show)
+
+
+def run_client_command(args: argparse.Namespace, settings: Settings | None = None) -> int:
+    """Run the chosen client subcommand to completion; returns the exit status."""
+    action: Action = args.client_action
+    if settings is None:
+        settings = Settings()
+    if getattr(args, "bootstrap_servers", None):
+        kafka = settings.kafka.model_copy(update={"bootstrap_servers": args.bootstrap_servers})
+        settings = settings.model_copy(update={"kafka": kafka})
+    try:
+        return asyncio.run(action(args, settings))
+    except (ClientError, CommandInputError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,146 @@
+"""Building the commands the client publishes, from what a person types.
+
+Every command is validated by the wire models before it leaves, so a typo fails here with the
+model's message instead of becoming an ``error`` result later.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import orjson
+from pydantic import ValidationError
+
+from service.wire.commands import CancelCommand, InvokeCommand, ResumeCommand
+
+AnyCommand = InvokeCommand | ResumeCommand | CancelCommand
+C = TypeVar("C", InvokeCommand, ResumeCommand, CancelCommand)
+
+
+class CommandInputError(ValueError):
+    """What the person typed cannot become a valid command; the message says why."""
+
+
+def new_command_id() -> str:
+    return f"cli-{uuid.uuid4().hex[:12]}"
+
+
+def _validated(model: type[C], body: dict[str, Any]) -> C:
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise CommandInputError(f"invalid {body.get('type', 'command')}: {problems}") from None
+
+
+def invoke(
+    session_id: str,
+    agent: str,
+    prompt: str,
+    *,
+    command_id: str | None = None,
+    checkpointing: bool | None = None,
+) -> InvokeCommand:
+    body: dict[str, Any] = {
+        "type": "invoke",
+        "command_id": command_id or new_command_id(),
+        "session_id": session_id,
+        "agent": agent,
+        "prompt": prompt,
+    }
+    if checkpointing is not None:
+        body["checkpointing"] = checkpointing
+    return _validated(InvokeCommand, body)
+
+
+def resume_from_checkpoint(
+    session_id: str, checkpoint: dict[str, Any], *, command_id: str | None = None
+) -> ResumeCommand:
+    body = {
+        "type": "resume",
+        "command_id": command_id or new_command_id(),
+        "session_id": session_id,
+        "resume": {"checkpointResume": {"checkpoint": checkpoint}},
+    }
+    return _validated(ResumeCommand, body)
+
+
+def resume_with_answers(
+    session_id: str, answers: dict[str, Any], *, command_id: str | None = None
+) -> ResumeCommand:
+    body = {
+        "type": "resume",
+        "command_id": command_id or new_command_id(),
+        "session_id": session_id,
+        "resume": [
+            {"interruptResponse": {"interruptId": interrupt_id, "response": response}}
+            for interrupt_id, response in answers.items()
+        ],
+    }
+    return _validated(ResumeCommand, body)
+
+
+def cancel(
+    session_id: str,
+    *,
+    target_command_id: str | None = None,
+    message: str | None = None,
+    after_current_tools: bool = False,
+    command_id: str | None = None,
+) -> CancelCommand:
+    body: dict[str, Any] = {
+        "type": "cancel",
+        "command_id": command_id or new_command_id(),
+        "session_id": session_id,
+    }
+    if target_command_id is not None:
+        body["target_command_id"] = target_command_id
+    if message is not None:
+        body["message"] = message
+    if after_current_tools:
+        body["after_current_tools"] = True
+    return _validated(CancelCommand, body)
+
+
+def encode(command: AnyCommand) -> bytes:
+    """The record value: only the fields that were given (plus ``type`` and the version)."""
+    return orjson.dumps(command.model_dump(mode="json", exclude_unset=True))
+
+
+def parse_json_arg(raw: str, what: str) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise CommandInputError(f"{what} is not valid JSON: {exc}") from None
+
+
+def parse_answers(raw_answers: Sequence[str], pending_ids: Sequence[str]) -> dict[str, Any]:
+    """``ID=JSON`` pairs; a bare ``JSON`` answers the only pending interrupt.
+
+    A value that is not JSON is taken as a string, so ``ID=yes`` works without quoting.
+    """
+    answers: dict[str, Any] = {}
+    for raw in raw_answers:
+        interrupt_id, sep, value = raw.partition("=")
+        # Interrupt ids look like ``v1:tool_call:<toolUseId>:<uuid>``; JSON never starts so.
+        named = bool(sep) and (
+            interrupt_id in pending_ids
+            or (":" in interrupt_id and interrupt_id[:1] not in ("{", "[", '"'))
+        )
+        if not named:
+            if len(pending_ids) != 1:
+                raise CommandInputError(
+                    f"answer {raw!r} names no interrupt id; pending: {list(pending_ids) or 'none'}"
+                )
+            interrupt_id, value = pending_ids[0], raw
+        try:
+            answers[interrupt_id] = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            answers[interrupt_id] = value
+    if not answers:
+        raise CommandInputError("no answer given")
+    return answers

@@ -1,0 +1,192 @@
+"""Readable text for results, progress events and session state, for a person at a terminal.
+
+Pure functions from the wire JSON to lines; unknown shapes are shown as compact JSON rather than
+dropped, so nothing the service wrote is hidden.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+import orjson
+
+_TEXT_WIDTH = 400
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def _clip(text: str, width: int = _TEXT_WIDTH) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def block_lines(block: dict[str, Any]) -> list[str]:
+    if "text" in block:
+        return [_clip(str(block["text"]))]
+    if "toolUse" in block:
+        use = block["toolUse"]
+        return [f"tool call {use.get('name')} {_json(use.get('input'))}  [{use.get('toolUseId')}]"]
+    if "toolResult" in block:
+        result = block["toolResult"]
+        parts = [
+            str(c["text"]) if "text" in c else _json(c.get("json", c))
+            for c in result.get("content") or []
+        ]
+        status = result.get("status")
+        return [f"tool result [{result.get('toolUseId')}] {status}: {_clip(' '.join(parts))}"]
+    return [_clip(_json(block))]
+
+
+def message_lines(message: dict[str, Any] | None, indent: str = "  ") -> list[str]:
+    if not message:
+        return []
+    role = message.get("role", "?")
+    return [
+        f"{indent}{role}: {line}"
+        for block in message.get("content") or []
+        for line in block_lines(block if isinstance(block, dict) else {"value": block})
+    ]
+
+
+def message_summary(message: dict[str, Any] | None) -> str:
+    """One line: the message's text, then the tools it calls."""
+    blocks = (message or {}).get("content") or []
+    texts = [str(b["text"]) for b in blocks if isinstance(b, dict) and "text" in b]
+    calls = [
+        f"{b['toolUse'].get('name')}({_json(b['toolUse'].get('input'))})"
+        for b in blocks
+        if isinstance(b, dict) and "toolUse" in b
+    ]
+    summary = _clip(" ".join(texts), 120) if texts else ""
+    if calls:
+        summary += (" " if summary else "") + "-> " + ", ".join(calls)
+    return summary or "(empty)"
+
+
+def next_step_lines(result: dict[str, Any]) -> list[str]:
+    session = shlex.quote(str(result.get("session_id")))
+    reason = result.get("stop_reason")
+    if reason == "checkpoint":
+        return [f"  next: cairn resume --session {session} --wait"]
+    if reason == "interrupt":
+        ids = [str(i.get("id")) for i in result.get("interrupts") or []]
+        if len(ids) == 1:
+            return [f"  next: cairn resume --session {session} --answer true --wait"]
+        answers = " ".join(f"--answer {shlex.quote(i + '=true')}" for i in ids)
+        return [f"  next: cairn resume --session {session} {answers} --wait"]
+    return []
+
+
+def result_lines(result: dict[str, Any]) -> list[str]:
+    """A result: its stop reason, the pause or error it carries, the message, what to do next."""
+    head = (
+        f"result   session={result.get('session_id')} command={result.get('command_id')} "
+        f"stop_reason={result.get('stop_reason')}"
+    )
+    lines = [head]
+    checkpoint = result.get("checkpoint")
+    if checkpoint:
+        lines.append(
+            f"  checkpoint: {checkpoint.get('position')} (cycle {checkpoint.get('cycle_index')})"
+        )
+    for interrupt in result.get("interrupts") or []:
+        lines.append(
+            f"  interrupt: {interrupt.get('name')} reason={_json(interrupt.get('reason'))}"
+        )
+        lines.append(f"    id: {interrupt.get('id')}")
+    error = result.get("error")
+    if error:
+        lines.append(f"  error: {error.get('code')}: {error.get('message')}")
+    lines.extend(message_lines(result.get("message")))
+    lines.extend(next_step_lines(result))
+    return lines
+
+
+def event_line(event: dict[str, Any]) -> str | None:
+    """One line for an event, or None for an event that adds nothing (a text-only message)."""
+    kind = event.get("type")
+    prefix = f"  · #{event.get('seq')} "
+    if kind == "text_delta":
+        return prefix + f"text: {_clip(str(event.get('text', '')))}"
+    if kind == "model_message":
+        message = event.get("message") or {}
+        if not any("toolUse" in b for b in message.get("content") or [] if isinstance(b, dict)):
+            return None
+        return prefix + "model: " + message_summary(message)
+    if kind == "tool_started":
+        return prefix + f"tool started: {event.get('name')} [{event.get('tool_use_id')}]"
+    if kind == "tool_finished":
+        return (
+            prefix + f"tool finished: {event.get('name')} [{event.get('tool_use_id')}] "
+            f"{event.get('status')}"
+        )
+    if kind == "checkpoint_reached":
+        paused = "paused" if event.get("paused") else "durable, running on"
+        return (
+            prefix
+            + f"checkpoint: {event.get('position')} (cycle {event.get('cycle_index')}, {paused})"
+        )
+    if kind == "interrupt_raised":
+        names = ", ".join(str(i.get("name")) for i in event.get("interrupts") or [])
+        return prefix + f"interrupt raised: {names}"
+    return prefix + _clip(_json(event))
+
+
+def published_line(kind: str, command: dict[str, Any], partition: int, offset: int) -> str:
+    extra = ""
+    if command.get("agent"):
+        extra += f" agent={command['agent']}"
+    if command.get("checkpointing"):
+        extra += " checkpointing=on"
+    if command.get("target_command_id"):
+        extra += f" target={command['target_command_id']}"
+    if command.get("after_current_tools"):
+        extra += " after_current_tools"
+    return (
+        f"sent     {kind} session={command.get('session_id')} "
+        f"command={command.get('command_id')}{extra} (partition {partition}, offset {offset})"
+    )
+
+
+def state_lines(state: dict[str, Any] | None) -> list[str]:
+    """A session's persisted state: agent, pause point, pending interrupts, conversation size."""
+    if state is None:
+        return ["state: none (the session has no committed state)"]
+    messages = state.get("messages") or []
+    lines = [
+        f"session  {state.get('session_id')}  agent={state.get('agent')}",
+        f"  messages: {len(messages)}  turn cycle: {state.get('cycle_index')}",
+    ]
+    pending = state.get("pending") or {}
+    interrupts = pending.get("interrupts") or []
+    checkpoint = state.get("checkpoint")
+    if interrupts:
+        lines.append("  paused at: interrupt (answer to continue)")
+        lines.extend(
+            f"    {interrupt.get('name')} id={interrupt.get('id')} "
+            f"reason={_json(interrupt.get('reason'))}"
+            for interrupt in interrupts
+        )
+    elif checkpoint:
+        lines.append(
+            f"  paused at: checkpoint {checkpoint.get('position')} "
+            f"(cycle {checkpoint.get('cycle_index')})"
+        )
+    else:
+        lines.append("  paused at: nothing (idle or finished)")
+    inflight = state.get("inflight")
+    if inflight:
+        lines.append(
+            f"  running: command {inflight.get('command_id')} past {inflight.get('position')} "
+            f"(cycle {inflight.get('cycle_index')})"
+        )
+    applied = state.get("applied_commands") or []
+    if applied:
+        lines.append(f"  last applied commands: {', '.join(applied[-5:])}")
+    if messages:
+        lines.append("  last message:")
+        lines.extend(message_lines(messages[-1], indent="    "))
+    return lines

@@ -1,0 +1,67 @@
+"""Readiness of one instance: ready once joined and every owned partition is restored.
+
+The runtime reports assignment and restore progress; the HTTP ``/readyz`` route asks. An
+instance that owns no partition after joining (more members than partitions) is ready.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Hashable, Iterable
+from typing import Any
+
+from service.observability.metrics import Metrics
+
+
+class RestoreTracker:
+    """Which assigned partitions are still restoring; callable as a readiness check.
+
+    Partitions are opaque hashables (the runtime's TopicPartition or an int). Single-threaded:
+    call it from the event loop only.
+    """
+
+    def __init__(self, metrics: Metrics | None = None) -> None:
+        self._metrics = metrics
+        self._joined = False
+        self._stopping = False
+        self._assigned: set[Hashable] = set()
+        self._restoring: dict[Hashable, float] = {}
+
+    def assigned(self, partitions: Iterable[Hashable]) -> None:
+        """Partitions were added to this instance; each restores before it serves."""
+        self._joined = True
+        now = time.monotonic()
+        for partition in partitions:
+            self._assigned.add(partition)
+            self._restoring.setdefault(partition, now)
+        if self._metrics is not None:
+            self._metrics.rebalance("assigned", len(self._assigned))
+
+    def revoked(self, partitions: Iterable[Hashable], *, lost: bool = False) -> None:
+        for partition in partitions:
+            self._assigned.discard(partition)
+            self._restoring.pop(partition, None)
+        if self._metrics is not None:
+            self._metrics.rebalance("lost" if lost else "revoked", len(self._assigned))
+
+    def restored(self, partition: Hashable) -> None:
+        """The partition's state store is caught up; observes its restore time once."""
+        started = self._restoring.pop(partition, None)
+        if started is not None and self._metrics is not None:
+            self._metrics.observe_restore(time.monotonic() - started)
+
+    def stopping(self) -> None:
+        """Shutdown or drain began: report not ready from now on."""
+        self._stopping = True
+
+    def __call__(self) -> bool:
+        return self._joined and not self._stopping and not self._restoring
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able snapshot for the ``/readyz`` body."""
+        return {
+            "joined": self._joined,
+            "stopping": self._stopping,
+            "assigned": sorted(str(p) for p in self._assigned),
+            "restoring": sorted(str(p) for p in self._restoring),
+        }

@@ -1,0 +1,283 @@
+"""Mapping between Converse-shaped messages and Anthropic Messages, both directions.
+
+Guarantee: toolUse/toolResult become tool_use/tool_result blocks with the same ids (results first
+in their user message, as the API requires); streamed events are folded into one assistant
+message in block order, with input_json deltas joined and parsed once the block is complete.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from service.agent.errors import ModelError
+from service.agent.provider import ModelReply, ToolSpec
+from service.agent.types import Message, StopReason, Usage
+from service.providers.content import (
+    image_media_type,
+    parse_tool_input,
+    result_text,
+    source_base64,
+)
+from service.providers.retry import TruncatedStreamError
+
+logger = logging.getLogger(__name__)
+
+STOP_REASONS: dict[str, StopReason] = {
+    "end_turn": "end_turn",
+    "tool_use": "tool_use",
+    "max_tokens": "max_tokens",
+    "stop_sequence": "stop_sequence",
+    "refusal": "content_filtered",
+    "model_context_window_exceeded": "max_tokens",
+    "pause_turn": "end_turn",
+}
+
+_SKIPPED_BLOCKS = frozenset({"cachePoint"})
+
+
+def to_anthropic_tools(specs: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    return [
+        {"name": spec.name, "description": spec.description, "input_schema": spec.input_schema}
+        for spec in specs
+    ]
+
+
+def to_anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        role = "assistant" if message.get("role") == "assistant" else "user"
+        blocks = _assistant_blocks(message) if role == "assistant" else _user_blocks(message)
+        if blocks:
+            out.append({"role": role, "content": blocks})
+    return out
+
+
+def _image(image: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "image",
+        "source": {
+            "type": "base64",
+            "media_type": image_media_type(image),
+            "data": source_base64(image, "image"),
+        },
+    }
+
+
+def _document(document: dict[str, Any]) -> dict[str, Any]:
+    if str(document.get("format", "")).lower() != "pdf":
+        raise ModelError(f"document format {document.get('format')!r} is not supported (pdf is)")
+    block: dict[str, Any] = {
+        "type": "document",
+        "source": {
+            "type": "base64",
+            "media_type": "application/pdf",
+            "data": source_base64(document, "document"),
+        },
+    }
+    if document.get("name"):
+        block["title"] = str(document["name"])
+    return block
+
+
+def _tool_result(result: dict[str, Any]) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    for item in result.get("content", []):
+        text = result_text(item)
+        if text is not None:
+            if text:
+                content.append({"type": "text", "text": text})
+        elif "image" in item:
+            content.append(_image(item["image"]))
+        elif "document" in item:
+            content.append(_document(item["document"]))
+        else:
+            raise ModelError(f"tool result content {sorted(item)} is not supported")
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": result["toolUseId"]}
+    if content:
+        block["content"] = content
+    if result.get("status") == "error":
+        block["is_error"] = True
+    return block
+
+
+def _user_blocks(message: Message) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = []
+    others: list[dict[str, Any]] = []
+    for block in message.get("content", []):
+        if "toolResult" in block:
+            results.append(_tool_result(block["toolResult"]))
+        elif "text" in block:
+            if block["text"]:
+                others.append({"type": "text", "text": block["text"]})
+        elif "image" in block:
+            others.append(_image(block["image"]))
+        elif "document" in block:
+            others.append(_document(block["document"]))
+        elif not _SKIPPED_BLOCKS.intersection(block):
+            raise ModelError(f"content block {sorted(block)} is not supported by anthropic")
+    return results + others
+
+
+def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for block in message.get("content", []):
+        if "text" in block:
+            if block["text"]:
+                out.append({"type": "text", "text": block["text"]})
+        elif "toolUse" in block:
+            use = block["toolUse"]
+            out.append(
+                {
+                    "type": "tool_use",
+                    "id": use["toolUseId"],
+                    "name": use["name"],
+                    "input": use["input"],
+                }
+            )
+        elif "reasoningContent" in block:
+            thinking = _thinking_block(block["reasoningContent"])
+            if thinking is not None:
+                out.append(thinking)
+    return out
+
+
+def _thinking_block(reasoning: dict[str, Any]) -> dict[str, Any] | None:
+    """Thinking goes back only when signed by Anthropic; other providers' reasoning is dropped."""
+    if "redactedContent" in reasoning:
+        return {"type": "redacted_thinking", "data": reasoning["redactedContent"]}
+    text = reasoning.get("reasoningText") or {}
+    if text.get("signature"):
+        return {
+            "type": "thinking",
+            "thinking": text.get("text", ""),
+            "signature": text["signature"],
+        }
+    return None
+
+
+@dataclass(slots=True)
+class _Block:
+    kind: str
+    parts: list[str] = field(default_factory=list)
+    signature: str = ""
+    tool_id: str = ""
+    tool_name: str = ""
+    data: str = ""
+
+
+@dataclass(slots=True)
+class AnthropicReplyBuilder:
+    """Folds raw Messages stream events into one :class:`ModelReply`."""
+
+    blocks: dict[int, _Block] = field(default_factory=dict)
+    stop_reason: str | None = None
+    usage: Usage = field(default_factory=Usage)
+
+    def add(self, event: Any) -> str | None:
+        """Take one stream event; return the text it adds, if any."""
+        kind = event.type
+        if kind == "message_start":
+            self._take_usage(event.message.usage)
+        elif kind == "content_block_start":
+            self._start(event.index, event.content_block)
+        elif kind == "content_block_delta":
+            return self._delta(event.index, event.delta)
+        elif kind == "message_delta":
+            if event.delta.stop_reason is not None:
+                self.stop_reason = event.delta.stop_reason
+            if event.usage is not None:
+                self._take_usage(event.usage)
+        return None
+
+    def _take_usage(self, usage: Any) -> None:
+        inputs = [
+            getattr(usage, name, None)
+            for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        ]
+        if any(value is not None for value in inputs):
+            self.usage.input_tokens = sum(value or 0 for value in inputs)
+        output = getattr(usage, "output_tokens", None)
+        if output is not None:
+            self.usage.output_tokens = output
+
+    def _start(self, index: int, block: Any) -> None:
+        kind = block.type
+        entry = _Block(kind=kind)
+        if kind == "text":
+            entry.parts.append(block.text or "")
+        elif kind == "tool_use":
+            entry.tool_id, entry.tool_name = block.id, block.name
+        elif kind == "thinking":
+            entry.parts.append(block.thinking or "")
+            entry.signature = block.signature or ""
+        elif kind == "redacted_thinking":
+            entry.data = block.data
+        self.blocks[index] = entry
+
+    def _delta(self, index: int, delta: Any) -> str | None:
+        entry = self.blocks.get(index)
+        if entry is None:
+            raise ModelError(f"content_block_delta for unknown block {index}")
+        kind = delta.type
+        if kind == "text_delta":
+            entry.parts.append(delta.text)
+            return str(delta.text) or None
+        if kind == "input_json_delta":
+            entry.parts.append(delta.partial_json)
+        elif kind == "thinking_delta":
+            entry.parts.append(delta.thinking)
+        elif kind == "signature_delta":
+            entry.signature += delta.signature
+        return None
+
+    def partial_text(self) -> str:
+        return "".join("".join(b.parts) for _, b in sorted(self.blocks.items()) if b.kind == "text")
+
+    def build(self) -> ModelReply:
+        if self.stop_reason is None:
+            raise TruncatedStreamError("stream ended before message_delta gave a stop reason")
+        stop_reason = STOP_REASONS.get(self.stop_reason)
+        if stop_reason is None:
+            logger.warning("stop_reason=<%s> | unknown stop reason, ending turn", self.stop_reason)
+            stop_reason = "end_turn"
+        content: list[dict[str, Any]] = []
+        for _, block in sorted(self.blocks.items()):
+            converted = self._convert(block, keep_tools=stop_reason == "tool_use")
+            if converted is not None:
+                content.append(converted)
+        return ModelReply(
+            message={"role": "assistant", "content": content},
+            stop_reason=stop_reason,
+            usage=self.usage,
+        )
+
+    def _convert(self, block: _Block, *, keep_tools: bool) -> dict[str, Any] | None:
+        text = "".join(block.parts)
+        if block.kind == "text":
+            return {"text": text} if text else None
+        if block.kind == "tool_use":
+            if not keep_tools:
+                # an unfinished reply (max_tokens, refusal) may hold a cut-off tool call
+                logger.warning(
+                    "tool=<%s> | dropping tool call of an unfinished reply", block.tool_name
+                )
+                return None
+            return {
+                "toolUse": {
+                    "toolUseId": block.tool_id,
+                    "name": block.tool_name,
+                    "input": parse_tool_input(text, block.tool_name),
+                }
+            }
+        if block.kind == "thinking":
+            reasoning: dict[str, Any] = {"text": text}
+            if block.signature:
+                reasoning["signature"] = block.signature
+            return {"reasoningContent": {"reasoningText": reasoning}}
+        if block.kind == "redacted_thinking":
+            return {"reasoningContent": {"redactedContent": block.data}}
+        logger.warning("block_type=<%s> | dropping unsupported content block", block.kind)
+        return None

@@ -1,0 +1,219 @@
+"""Mapping between Converse-shaped messages and the chat-completions format, both directions.
+
+Guarantee: every toolUse of the history reaches the endpoint as a ``tool_calls`` entry and every
+toolResult as a ``tool`` message right after it, in order; streamed chunks are folded into one
+assistant message whose toolUse blocks carry parsed JSON input.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from service.agent.errors import ModelError
+from service.agent.provider import ModelReply, ToolSpec
+from service.agent.types import Message, StopReason, Usage
+from service.providers.content import (
+    image_media_type,
+    json_text,
+    parse_tool_input,
+    result_text,
+    source_base64,
+)
+from service.providers.retry import TruncatedStreamError
+
+logger = logging.getLogger(__name__)
+
+FINISH_REASONS: dict[str, StopReason] = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "content_filter": "content_filtered",
+}
+
+_SKIPPED_BLOCKS = frozenset({"reasoningContent", "cachePoint"})
+"""Blocks the chat format has no place for; dropping them does not change the conversation."""
+
+
+def to_chat_tools(specs: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": spec.name,
+                "description": spec.description,
+                "parameters": spec.input_schema,
+            },
+        }
+        for spec in specs
+    ]
+
+
+def to_chat_messages(
+    messages: Sequence[Message], system_prompt: str | None, system_role: str = "system"
+) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if system_prompt:
+        out.append({"role": system_role, "content": system_prompt})
+    for message in messages:
+        if message.get("role") == "assistant":
+            out.append(_assistant_message(message))
+        else:
+            out.extend(_user_messages(message))
+    return out
+
+
+def _image_part(image: dict[str, Any]) -> dict[str, Any]:
+    url = f"data:{image_media_type(image)};base64,{source_base64(image, 'image')}"
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _user_messages(message: Message) -> list[dict[str, Any]]:
+    """Tool results first (they must follow the assistant's tool_calls), then the user parts."""
+    tool_messages: list[dict[str, Any]] = []
+    result_images: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    for block in message.get("content", []):
+        if "toolResult" in block:
+            result = block["toolResult"]
+            texts: list[str] = []
+            for item in result.get("content", []):
+                text = result_text(item)
+                if text is not None:
+                    texts.append(text)
+                elif "image" in item:
+                    result_images.append(_image_part(item["image"]))
+                else:
+                    raise ModelError(f"tool result content {sorted(item)} is not supported")
+            tool_messages.append(
+                {"role": "tool", "tool_call_id": result["toolUseId"], "content": "\n".join(texts)}
+            )
+        elif "text" in block:
+            parts.append({"type": "text", "text": block["text"]})
+        elif "image" in block:
+            parts.append(_image_part(block["image"]))
+        elif not _SKIPPED_BLOCKS.intersection(block):
+            raise ModelError(f"content block {sorted(block)} is not supported by chat completions")
+    out = tool_messages
+    if result_images:
+        # tool messages carry text only, so images a tool returned follow as a user message
+        out.append(
+            {"role": "user", "content": [{"type": "text", "text": "Tool images:"}, *result_images]}
+        )
+    if parts:
+        only_text = all(p["type"] == "text" for p in parts)
+        content: Any = "\n".join(p["text"] for p in parts) if only_text else parts
+        out.append({"role": "user", "content": content})
+    return out
+
+
+def _assistant_message(message: Message) -> dict[str, Any]:
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for block in message.get("content", []):
+        if "text" in block:
+            texts.append(block["text"])
+        elif "toolUse" in block:
+            use = block["toolUse"]
+            calls.append(
+                {
+                    "id": use["toolUseId"],
+                    "type": "function",
+                    "function": {"name": use["name"], "arguments": json_text(use["input"])},
+                }
+            )
+    out: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+    if calls:
+        out["tool_calls"] = calls
+    elif out["content"] is None:
+        out["content"] = ""
+    return out
+
+
+@dataclass(slots=True)
+class _PendingCall:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ChatReplyBuilder:
+    """Folds ``ChatCompletionChunk``s (choice 0) into one :class:`ModelReply`."""
+
+    text: list[str] = field(default_factory=list)
+    calls: dict[int, _PendingCall] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: Usage = field(default_factory=Usage)
+
+    def add(self, chunk: Any) -> str | None:
+        """Take one chunk; return the text it adds, if any."""
+        if chunk.usage is not None:
+            self.usage = Usage(
+                input_tokens=chunk.usage.prompt_tokens or 0,
+                output_tokens=chunk.usage.completion_tokens or 0,
+            )
+        if not chunk.choices:
+            return None
+        choice = chunk.choices[0]
+        if choice.finish_reason is not None:
+            self.finish_reason = choice.finish_reason
+        delta = choice.delta
+        if delta is None:
+            return None
+        for piece in delta.tool_calls or ():
+            call = self.calls.setdefault(piece.index, _PendingCall())
+            if piece.id:
+                call.id = piece.id
+            if piece.function is not None:
+                if piece.function.name:
+                    call.name += piece.function.name
+                if piece.function.arguments:
+                    call.arguments.append(piece.function.arguments)
+        added = (delta.content or "") + (delta.refusal or "")
+        if added:
+            self.text.append(added)
+            return added
+        return None
+
+    def partial_text(self) -> str:
+        return "".join(self.text)
+
+    def build(self) -> ModelReply:
+        if self.finish_reason is None:
+            raise TruncatedStreamError("stream ended before the model finished its reply")
+        stop_reason = FINISH_REASONS.get(self.finish_reason)
+        if stop_reason is None:
+            logger.warning(
+                "finish_reason=<%s> | unknown finish reason, ending turn", self.finish_reason
+            )
+            stop_reason = "end_turn"
+        content: list[dict[str, Any]] = []
+        text = self.partial_text()
+        if text:
+            content.append({"text": text})
+        if self.calls and stop_reason in ("tool_use", "end_turn"):
+            # some compatible servers report "stop" although the reply holds tool calls
+            stop_reason = "tool_use"
+            for index in sorted(self.calls):
+                call = self.calls[index]
+                if not call.id or not call.name:
+                    raise ModelError(f"tool call {index} arrived without id or name")
+                tool_input = parse_tool_input("".join(call.arguments), call.name)
+                content.append(
+                    {"toolUse": {"toolUseId": call.id, "name": call.name, "input": tool_input}}
+                )
+        elif self.calls:
+            logger.warning(
+                "stop_reason=<%s>, calls=<%d> | dropping tool calls of an unfinished reply",
+                stop_reason,
+                len(self.calls),
+            )
+        return ModelReply(
+            message={"role": "assistant", "content": content},
+            stop_reason=stop_reason,
+            usage=self.usage,
+        )

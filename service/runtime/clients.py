@@ -1,0 +1,72 @@
+"""Construction of every aiokafka client from the settings: one place for connection options.
+
+Guarantees that consumers, producers and admin clients all get the same security options and
+that the runtime's consumers read only committed data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.helpers import create_ssl_context
+
+from service.settings import KafkaSettings
+
+
+def connection_options(kafka: KafkaSettings) -> dict[str, Any]:
+    """Keyword arguments shared by every aiokafka client (bootstrap, SASL, SSL)."""
+    options: dict[str, Any] = {
+        "bootstrap_servers": kafka.bootstrap_servers,
+        "security_protocol": kafka.security_protocol,
+        "request_timeout_ms": kafka.request_timeout_ms,
+    }
+    if kafka.sasl_mechanism is not None:
+        options["sasl_mechanism"] = kafka.sasl_mechanism
+        options["sasl_plain_username"] = kafka.sasl_username
+        if kafka.sasl_password is not None:
+            options["sasl_plain_password"] = kafka.sasl_password.get_secret_value()
+    if kafka.security_protocol in ("SSL", "SASL_SSL"):
+        options["ssl_context"] = create_ssl_context(
+            cafile=kafka.ssl_cafile,
+            certfile=kafka.ssl_certfile,
+            keyfile=kafka.ssl_keyfile,
+        )
+    return options
+
+
+def transactional_producer(
+    kafka: KafkaSettings, transactional_id: str, *, transaction_timeout_ms: int
+) -> AIOKafkaProducer:
+    return AIOKafkaProducer(
+        **connection_options(kafka),
+        client_id=f"{kafka.client_id}-{transactional_id}",
+        transactional_id=transactional_id,
+        transaction_timeout_ms=transaction_timeout_ms,
+        linger_ms=0,
+        max_batch_size=256 * 1024,
+        max_request_size=4 * 1024 * 1024,
+    )
+
+
+def plain_producer(kafka: KafkaSettings) -> AIOKafkaProducer:
+    return AIOKafkaProducer(**connection_options(kafka), client_id=kafka.client_id, acks="all")
+
+
+def reader(kafka: KafkaSettings, **extra: Any) -> AIOKafkaConsumer:
+    """A group-less consumer reading committed data only (restore, tools, tests)."""
+    return AIOKafkaConsumer(
+        **connection_options(kafka),
+        client_id=f"{kafka.client_id}-reader",
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        **extra,
+    )
+
+
+def admin(kafka: KafkaSettings) -> AIOKafkaAdminClient:
+    options = connection_options(kafka)
+    return AIOKafkaAdminClient(**options, client_id=f"{kafka.client_id}-admin")

@@ -1,0 +1,159 @@
+"""The committer of one partition: batches finished work into one short transaction at a time.
+
+Guarantee: an outcome's records, its session state and the input offsets it finishes become
+visible together or not at all; transactions never span a model or tool call (they hold only
+work already done), and one partition has at most one transaction open at any moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.structs import OffsetAndMetadata
+
+from service.runtime.faults import FaultPoints
+from service.runtime.offsets import OffsetTracker
+from service.runtime.work import Outcome, OutRecord
+from service.sessions.store import event_seq_header
+
+logger = logging.getLogger(__name__)
+
+CommitObserver = Callable[[float, int, int, int], None]
+"""Called after each commit with (seconds, outcomes, records, results)."""
+
+
+class CommitFailedError(RuntimeError):
+    """A transaction failed or its outcome is unknown: the producer must be thrown away."""
+
+
+class Committer:
+    def __init__(
+        self,
+        *,
+        producer: AIOKafkaProducer,
+        group_id: str,
+        sessions_topic: str,
+        partition: int,
+        trackers: dict[str, OffsetTracker],
+        interval_s: float,
+        timeout_s: float,
+        faults: FaultPoints,
+        observer: CommitObserver | None = None,
+        on_finished: Callable[[int], None] | None = None,
+    ) -> None:
+        self._producer = producer
+        self._group_id = group_id
+        self._sessions_topic = sessions_topic
+        self._partition = partition
+        self._trackers = trackers
+        self._interval_s = interval_s
+        self._timeout_s = timeout_s
+        self._faults = faults
+        self._observer = observer
+        self._on_finished = on_finished
+        self._pending: list[Outcome] = []
+        self._wakeup = asyncio.Event()
+        self._submitted = 0
+        self._committed = 0
+        self._progress = asyncio.Condition()
+
+    def submit(self, outcome: Outcome) -> None:
+        self._pending.append(outcome)
+        self._submitted += 1
+        self._wakeup.set()
+
+    async def flush(self) -> None:
+        """Wait until everything submitted so far is committed (or the committer died)."""
+        target = self._submitted
+        async with self._progress:
+            await self._progress.wait_for(lambda: self._committed >= target)
+
+    async def run(self) -> None:
+        """Commit forever; raises :class:`CommitFailedError` (or a fencing error) on failure."""
+        last_start = 0.0
+        while True:
+            await self._wakeup.wait()
+            delay = last_start + self._interval_s - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self._wakeup.clear()
+            batch, self._pending = self._pending, []
+            if not batch:
+                continue
+            last_start = time.monotonic()
+            await self._commit(batch)
+            async with self._progress:
+                self._committed += len(batch)
+                self._progress.notify_all()
+
+    async def _commit(self, batch: list[Outcome]) -> None:
+        started = time.monotonic()
+        records, results = self._records_of(batch)
+        finished = 0
+        for outcome in batch:
+            finished += len(outcome.finished)
+            for origin in outcome.finished:
+                self._trackers[origin.topic].finished(origin.offset)
+        offsets = {}
+        for topic, tracker in self._trackers.items():
+            position = tracker.take_commit()
+            if position is not None:
+                offsets[TopicPartition(topic, self._partition)] = OffsetAndMetadata(position, "")
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await self._transact(records, offsets)
+        except TimeoutError as exc:
+            raise CommitFailedError(f"commit of partition {self._partition} timed out") from exc
+        elapsed = time.monotonic() - started
+        if self._on_finished is not None:
+            self._on_finished(finished)
+        if self._observer is not None:
+            self._observer(elapsed, len(batch), len(records), results)
+
+    async def _transact(
+        self, records: list[OutRecord], offsets: dict[TopicPartition, OffsetAndMetadata]
+    ) -> None:
+        producer = self._producer
+        await producer.begin_transaction()
+        deliveries = [
+            await producer.send(
+                record.topic,
+                value=record.value,
+                key=record.key,
+                partition=record.partition,
+                headers=record.headers,
+            )
+            for record in records
+        ]
+        if offsets:
+            await producer.send_offsets_to_transaction(offsets, self._group_id)
+        if deliveries:
+            await asyncio.gather(*deliveries)
+        self._faults.reached("after_produce_before_commit")
+        await producer.commit_transaction()
+        self._faults.reached("after_commit")
+
+    def _records_of(self, batch: list[Outcome]) -> tuple[list[OutRecord], int]:
+        """Every record of the batch in order; only the last state of each session is written."""
+        records: list[OutRecord] = []
+        states: dict[str, OutRecord] = {}
+        results = 0
+        for outcome in batch:
+            records.extend(outcome.records)
+            results += outcome.results
+            state = outcome.state
+            if state is not None:
+                states.pop(state.session_id, None)
+                states[state.session_id] = OutRecord(
+                    topic=self._sessions_topic,
+                    key=state.session_id.encode(),
+                    value=state.value,
+                    headers=[event_seq_header(state.event_seq)],
+                    partition=self._partition,
+                )
+        records.extend(states.values())
+        return records, results

@@ -1,0 +1,34 @@
+"""Test-only crash points: with ``CAIRN_FAULTS__KILL_AT`` set, the process SIGKILLs itself there.
+
+Unset (the default) every point is a no-op; nothing else in the runtime changes behaviour.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+from service.settings import FaultSettings
+
+logger = logging.getLogger(__name__)
+
+
+class FaultPoints:
+    __slots__ = ("_count", "_settings")
+
+    def __init__(self, settings: FaultSettings) -> None:
+        self._settings = settings
+        self._count = 0
+
+    def reached(self, point: str) -> None:
+        if self._settings.kill_at != point:
+            return
+        self._count += 1
+        if self._count >= self._settings.kill_after:
+            logger.warning(
+                "point=<%s>, count=<%d> | fault point reached, killing", point, self._count
+            )
+            for handler in logging.getLogger().handlers:
+                handler.flush()
+            os.kill(os.getpid(), signal.SIGKILL)

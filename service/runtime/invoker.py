@@ -1,0 +1,303 @@
+"""Runs one command of one session through the engine and hands what it produced to the committer.
+
+Guarantees: a command already applied to the session is answered never again; every other
+command ends in exactly one result (an ``error`` result when it is rejected, fails, or its state
+would exceed the size limit); every boundary the engine passes is submitted for commit with its
+in-flight marker, so a crash continues from there. Nothing here opens a transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncGenerator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+from pydantic import ValidationError
+
+from service.agent.definition import AgentDefinition
+from service.agent.errors import EngineError, UnknownAgentError
+from service.agent.events import (
+    Boundary,
+    CheckpointReached,
+    Event,
+    InterruptRaised,
+    ModelMessage,
+    ModelTextDelta,
+    Stopped,
+    ToolFinished,
+    ToolStarted,
+)
+from service.agent.invocation import Invocation
+from service.agent.loop import run_invocation
+from service.agent.state import SessionState
+from service.agent.types import AgentResult
+from service.runtime.records import (
+    ParsedCommand,
+    event_record,
+    failure_record,
+    result_record,
+)
+from service.runtime.work import CommandWork, Origin, Outcome, OutRecord, StateWrite
+from service.sessions.codec import encode_state
+from service.sessions.store import SessionStore, StoredSession
+from service.settings import TopicSettings
+from service.wire.errors import ERROR_CODES, ErrorCode, WireError
+
+logger = logging.getLogger(__name__)
+
+STATE_TOO_LARGE: ErrorCode = "limit_exceeded"
+"""Error code of a command whose session state outgrew ``state_record_max_bytes``."""
+
+
+class StateTooLargeError(Exception):
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"session state of {size} bytes exceeds the limit of {limit} bytes")
+
+
+@dataclass(slots=True)
+class _Run:
+    """What one command has produced so far and not yet submitted."""
+
+    work: CommandWork
+    stored: StoredSession
+    events: list[OutRecord]
+    text: list[str]
+
+
+class Invoker:
+    def __init__(
+        self,
+        *,
+        agents: Mapping[str, AgentDefinition],
+        store: SessionStore,
+        submit: Callable[[Outcome], None],
+        topics: TopicSettings,
+        state_max_bytes: int,
+    ) -> None:
+        self._agents = agents
+        self._store = store
+        self._submit = submit
+        self._topics = topics
+        self._state_max_bytes = state_max_bytes
+
+    async def handle(self, work: CommandWork) -> None:
+        origin = work.record.origin
+        stored = self._store.get(work.session_id)
+        if work.command is None:
+            self._reject(work, stored, work.error)
+            return
+        command: ParsedCommand = work.command
+        if stored is not None and command.command_id in stored.state.applied_commands:
+            logger.info(
+                "session_id=<%s>, command_id=<%s> | duplicate command, already answered",
+                command.session_id,
+                command.command_id,
+            )
+            self._submit(Outcome(finished=[origin]))
+            return
+        agent_name = command.agent or (stored.state.agent if stored is not None else None)
+        agent = self._agents.get(agent_name) if agent_name else None
+        if agent is None:
+            self._reject(
+                work, stored, UnknownAgentError(f"agent {agent_name!r} is not hosted here")
+            )
+            return
+        if stored is None:
+            stored = StoredSession(SessionState(session_id=command.session_id, agent=agent.name))
+        try:
+            await self._run(work, command, agent, stored)
+        except EngineError as exc:
+            self._reject(work, stored, exc)
+        except StateTooLargeError as exc:
+            logger.error(
+                "session_id=<%s>, command_id=<%s>, error=<%s> | command failed",
+                command.session_id,
+                command.command_id,
+                exc,
+            )
+            self._fail(work, stored, STATE_TOO_LARGE, str(exc))
+        except Exception as exc:
+            logger.exception(
+                "session_id=<%s>, command_id=<%s> | command failed unexpectedly",
+                command.session_id,
+                command.command_id,
+            )
+            self._fail(work, stored, "internal", f"{type(exc).__name__}: {exc}")
+
+    async def _run(
+        self,
+        work: CommandWork,
+        command: ParsedCommand,
+        agent: AgentDefinition,
+        stored: StoredSession,
+    ) -> None:
+        invocation = Invocation(
+            command_id=command.command_id,
+            input=command.input,
+            checkpointing=command.checkpointing,
+            limits=command.limits,
+            invocation_state=command.invocation_state,
+        )
+        run = _Run(work=work, stored=stored, events=[], text=[])
+        seq = stored.event_seq
+        events = cast(
+            "AsyncGenerator[Event, None]", run_invocation(agent, stored.state, invocation)
+        )
+        try:
+            async for event in events:
+                if isinstance(event, ModelTextDelta):
+                    run.text.append(event.text)
+                    continue
+                seq = self._flush_text(run, command, seq)
+                if isinstance(event, Boundary):
+                    data = {
+                        "position": event.position,
+                        "cycle_index": event.cycle_index,
+                        "paused": False,
+                    }
+                    seq = self._event(run, command, seq, "checkpoint_reached", data)
+                    self._commit_state(run, event.state, seq, finished=None, result=None)
+                elif isinstance(event, Stopped):
+                    state = event.state
+                    state.mark_applied(command.command_id)
+                    self._commit_state(
+                        run, state, seq, finished=work.record.origin, result=event.result
+                    )
+                    return
+                else:
+                    seq = self._event(run, command, seq, *_describe(event))
+        finally:
+            await events.aclose()
+
+    def _commit_state(
+        self,
+        run: _Run,
+        state: SessionState,
+        seq: int,
+        *,
+        finished: Origin | None,
+        result: AgentResult | None,
+    ) -> None:
+        value = encode_state(state)
+        if len(value) > self._state_max_bytes:
+            raise StateTooLargeError(len(value), self._state_max_bytes)
+        records = run.events
+        run.events = []
+        outcome = Outcome(records=records, state=StateWrite(state.session_id, value, seq))
+        if result is not None and finished is not None:
+            command: ParsedCommand = run.work.command
+            record = result_record(
+                self._topics.results,
+                command.session_id,
+                command.command_id,
+                result,
+                command.metadata,
+            )
+            if record.value is not None and len(record.value) > self._state_max_bytes:
+                raise StateTooLargeError(len(record.value), self._state_max_bytes)
+            outcome.records.append(record)
+            outcome.finished.append(finished)
+            outcome.results = 1
+        stored = StoredSession(state=state, event_seq=seq)
+        self._store.put(state.session_id, stored)
+        run.stored = stored
+        self._submit(outcome)
+
+    def _flush_text(self, run: _Run, command: ParsedCommand, seq: int) -> int:
+        if not run.text:
+            return seq
+        text = "".join(run.text)
+        run.text.clear()
+        return self._event(run, command, seq, "text_delta", {"text": text})
+
+    def _event(
+        self, run: _Run, command: ParsedCommand, seq: int, kind: str, data: dict[str, Any]
+    ) -> int:
+        try:
+            record = event_record(
+                self._topics.events, command.session_id, command.command_id, seq + 1, kind, data
+            )
+        except ValidationError as exc:
+            # Progress events are optional to consumers; one the contract cannot carry must not
+            # cost the command its result.
+            logger.warning(
+                "session_id=<%s>, kind=<%s>, error=<%s> | progress event dropped",
+                command.session_id,
+                kind,
+                exc.errors()[0]["msg"],
+            )
+            return seq
+        run.events.append(record)
+        return seq + 1
+
+    def _reject(
+        self, work: CommandWork, stored: StoredSession | None, error: Exception | None
+    ) -> None:
+        code: ErrorCode = "internal"
+        message = str(error)
+        if isinstance(error, EngineError):
+            code, message = _known_code(error.code), error.message
+        elif isinstance(error, WireError):
+            code, message = error.code, error.reason
+        logger.info(
+            "session_id=<%s>, code=<%s>, reason=<%s> | command rejected",
+            work.session_id,
+            code,
+            message,
+        )
+        self._fail(work, stored, code, message)
+
+    def _fail(
+        self, work: CommandWork, stored: StoredSession | None, code: ErrorCode, message: str
+    ) -> None:
+        """Answer with an ``error`` result; the session keeps its state from before the command."""
+        command: ParsedCommand | None = work.command
+        command_id = command.command_id if command is not None else _wire_command_id(work.error)
+        metadata = command.metadata if command is not None else None
+        outcome = Outcome(finished=[work.record.origin], results=1)
+        outcome.records.append(
+            failure_record(
+                self._topics.results, work.session_id, command_id or "", code, message, metadata
+            )
+        )
+        if stored is not None and command_id:
+            latest = self._store.get(work.session_id)
+            seq = max(stored.event_seq, latest.event_seq if latest is not None else 0)
+            state = stored.state.copy()
+            state.inflight = None
+            state.mark_applied(command_id)
+            outcome.state = StateWrite(work.session_id, encode_state(state), seq)
+            self._store.put(work.session_id, StoredSession(state, seq))
+        self._submit(outcome)
+
+
+def _known_code(code: str) -> ErrorCode:
+    return cast("ErrorCode", code) if code in ERROR_CODES else "internal"
+
+
+def _wire_command_id(error: Exception | None) -> str | None:
+    return error.command_id if isinstance(error, WireError) else None
+
+
+def _describe(event: object) -> tuple[str, dict[str, Any]]:
+    if isinstance(event, ModelMessage):
+        return "model_message", {"message": event.message}
+    if isinstance(event, ToolStarted):
+        return "tool_started", {"tool_use_id": event.tool_use_id, "name": event.name}
+    if isinstance(event, ToolFinished):
+        return "tool_finished", {
+            "tool_use_id": event.tool_use_id,
+            "name": event.name,
+            "status": event.status,
+        }
+    if isinstance(event, CheckpointReached):
+        checkpoint = event.checkpoint
+        return "checkpoint_reached", {
+            "position": checkpoint.position,
+            "cycle_index": checkpoint.cycle_index,
+            "paused": True,
+        }
+    if isinstance(event, InterruptRaised):
+        return "interrupt_raised", {"interrupts": [i.to_dict() for i in event.interrupts]}
+    return type(event).__name__.lower(), {}

@@ -1,0 +1,260 @@
+"""The owner of one input partition: its producer, its session store, its work and its offsets.
+
+Guarantees: no command of the partition runs before its session store is restored (after the
+producer was initialised, which fences every earlier owner); commands of one session run in
+topic order; once fenced, the owner never writes again; on stop it starts nothing new, gives
+running steps a bounded grace period to reach a commit, and abandons the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
+
+from service.agent.definition import AgentDefinition
+from service.runtime.clients import transactional_producer
+from service.runtime.committer import CommitObserver, Committer
+from service.runtime.control import ControlHandler
+from service.runtime.faults import FaultPoints
+from service.runtime.invoker import Invoker
+from service.runtime.offsets import OffsetTracker
+from service.runtime.records import dlq_record, parse_command, session_key
+from service.runtime.restore import restore_partition
+from service.runtime.session_queue import SessionQueues
+from service.runtime.work import CommandWork, InputRecord, Outcome
+from service.settings import Settings
+from service.wire.errors import WireError
+
+logger = logging.getLogger(__name__)
+
+FENCING_ERRORS = (ProducerFenced, InvalidProducerEpoch)
+
+
+class OwnerExit(enum.Enum):
+    STOPPED = "stopped"
+    FENCED = "fenced"
+    FAILED = "failed"
+
+
+class InFlight:
+    """Commands accepted by this instance and not yet committed; drives fetch backpressure."""
+
+    __slots__ = ("count", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.count = 0
+
+    @property
+    def full(self) -> bool:
+        return self.count >= self.limit
+
+
+@dataclass(slots=True)
+class OwnerContext:
+    """What every owner of this instance shares."""
+
+    settings: Settings
+    agents: Mapping[str, AgentDefinition]
+    consumer: AIOKafkaConsumer
+    inflight: InFlight
+    faults: FaultPoints
+    on_restored: Callable[[int], None]
+    observer: CommitObserver | None = None
+
+
+class _StopRequestedError(Exception):
+    pass
+
+
+class PartitionOwner:
+    def __init__(self, partition: int, ctx: OwnerContext, *, seek_on_start: bool) -> None:
+        self.partition = partition
+        self._ctx = ctx
+        self._topics = ctx.settings.topics
+        self._seek_on_start = seek_on_start
+        self._accepting = not seek_on_start
+        self._min_offsets: dict[str, int] = {}
+        self._trackers: dict[str, OffsetTracker] = {}
+        self._buffer: list[InputRecord] = []
+        self._accepted = 0
+        self._finished = 0
+        self._restored = False
+        self._stop_requested = asyncio.Event()
+        self._grace_s = 0.0
+        self._queues: SessionQueues | None = None
+        self._committer: Committer | None = None
+        self._control: ControlHandler | None = None
+        self.exit: OwnerExit | None = None
+
+    @property
+    def restored(self) -> bool:
+        return self._restored
+
+    def accept(self, record: InputRecord) -> None:
+        """Take a fetched record of this partition (called by the consumer loop, in order)."""
+        origin = record.origin
+        if not self._accepting or self._stop_requested.is_set():
+            return
+        if origin.offset < self._min_offsets.get(origin.topic, 0):
+            return
+        tracker = self._trackers.get(origin.topic)
+        if tracker is None:
+            tracker = self._trackers[origin.topic] = OffsetTracker(origin.offset)
+        if not tracker.accepts(origin.offset):
+            return
+        tracker.received(origin.offset)
+        self._accepted += 1
+        self._ctx.inflight.count += 1
+        if self._queues is None:
+            self._buffer.append(record)
+        else:
+            self._route(record)
+
+    def request_stop(self, grace_s: float) -> None:
+        self._grace_s = grace_s
+        self._stop_requested.set()
+
+    async def run(self) -> OwnerExit:
+        settings = self._ctx.settings
+        transactional_id = f"{settings.group.group_id}-{self.partition}"
+        producer = transactional_producer(
+            settings.kafka,
+            transactional_id,
+            transaction_timeout_ms=settings.runtime.transaction_timeout_ms,
+        )
+        try:
+            await self._serve(producer)
+        except* _StopRequestedError:
+            self.exit = OwnerExit.STOPPED
+        except* FENCING_ERRORS:
+            logger.error(
+                "partition=<%d> | producer fenced: another instance owns this partition now",
+                self.partition,
+            )
+            self.exit = OwnerExit.FENCED
+        except* Exception as group:  # noqa: BLE001 - an owner's failure stays contained: it is re-created
+            if self._stop_requested.is_set():
+                self.exit = OwnerExit.STOPPED
+            else:
+                logger.error(
+                    "partition=<%d>, error=<%r> | partition owner failed, it will be re-created",
+                    self.partition,
+                    group.exceptions[0],
+                )
+                self.exit = OwnerExit.FAILED
+        finally:
+            self._ctx.inflight.count -= self._accepted - self._finished
+            self._accepted = self._finished
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(5):
+                    await producer.stop()
+        return self.exit or OwnerExit.STOPPED
+
+    async def _serve(self, producer: AIOKafkaProducer) -> None:
+        """Fence earlier owners, restore, then run the partition's work until a stop request."""
+        settings = self._ctx.settings
+        await producer.start()
+        if self._seek_on_start:
+            await self._seek_to_committed()
+        store = await restore_partition(settings.kafka, self._topics.sessions, self.partition)
+        committer = Committer(
+            producer=producer,
+            group_id=settings.group.group_id,
+            sessions_topic=self._topics.sessions,
+            partition=self.partition,
+            trackers=self._trackers,
+            interval_s=settings.runtime.commit_interval_ms / 1000,
+            timeout_s=settings.runtime.commit_timeout_s,
+            faults=self._ctx.faults,
+            observer=self._ctx.observer,
+            on_finished=self._on_finished,
+        )
+        invoker = Invoker(
+            agents=self._ctx.agents,
+            store=store,
+            submit=committer.submit,
+            topics=self._topics,
+            state_max_bytes=settings.runtime.state_record_max_bytes,
+        )
+        self._committer = committer
+        self._control = ControlHandler(committer.submit)
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(committer.run())
+            self._queues = SessionQueues(tasks, invoker.handle)
+            self._restored = True
+            self._ctx.on_restored(self.partition)
+            buffered, self._buffer = self._buffer, []
+            for record in buffered:
+                self._route(record)
+            await self._stop_requested.wait()
+            await self._drain()
+            raise _StopRequestedError
+
+    async def _drain(self) -> None:
+        """Let running steps reach a commit within the grace period; the rest is abandoned."""
+        queues, committer = self._queues, self._committer
+        assert queues is not None and committer is not None
+        queues.close()
+        try:
+            async with asyncio.timeout(self._grace_s):
+                await queues.wait_idle()
+                await committer.flush()
+        except TimeoutError:
+            logger.warning(
+                "partition=<%d>, sessions=<%d> | grace period over, abandoning running steps",
+                self.partition,
+                queues.sessions,
+            )
+
+    async def _seek_to_committed(self) -> None:
+        """Re-read from the committed offsets after a failed commit (called before restore)."""
+        consumer = self._ctx.consumer
+        for topic in (self._topics.commands, self._topics.control):
+            tp = TopicPartition(topic, self.partition)
+            committed = await consumer.committed(tp)
+            if committed is None:
+                await consumer.seek_to_beginning(tp)
+                committed = 0
+            else:
+                consumer.seek(tp, committed)
+            self._min_offsets[topic] = committed
+        self._accepting = True
+
+    def _on_finished(self, count: int) -> None:
+        self._finished += count
+        self._ctx.inflight.count -= count
+
+    def _route(self, record: InputRecord) -> None:
+        if record.origin.topic == self._topics.control:
+            assert self._control is not None
+            self._control.handle(record)
+            return
+        assert self._queues is not None and self._committer is not None
+        try:
+            command = parse_command(record, self._ctx.settings.runtime.state_record_max_bytes)
+        except WireError as exc:
+            if exc.answerable and exc.session_id is not None:
+                self._queues.put(CommandWork(record, exc.session_id, None, exc))
+                return
+            logger.warning(
+                "key=<%s>, offset=<%d>, reason=<%s> | undecodable command sent to the dlq",
+                session_key(record),
+                record.origin.offset,
+                exc.reason,
+            )
+            self._committer.submit(
+                Outcome(
+                    records=[dlq_record(self._topics.dlq, record, exc.reason, exc.code)],
+                    finished=[record.origin],
+                )
+            )
+            return
+        self._queues.put(CommandWork(record, command.session_id, command))

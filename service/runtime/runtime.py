@@ -1,0 +1,169 @@
+"""The runtime of one instance: group membership, one owner per assigned partition, the drain.
+
+Guarantees: partition *p* of commands and control is owned here together (range assignor over
+co-partitioned topics) and by at most one live owner at a time; on revocation and on shutdown,
+owners drain within the grace period before their producers close; a failed owner is replaced
+by a fresh one that re-reads from the committed offsets and the committed state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+
+from service.agent.definition import AgentDefinition
+from service.runtime.clients import connection_options
+from service.runtime.committer import CommitObserver
+from service.runtime.consumer_loop import ConsumerLoop
+from service.runtime.faults import FaultPoints
+from service.runtime.partition_owner import InFlight, OwnerContext, OwnerExit, PartitionOwner
+from service.runtime.rebalance import RebalanceListener
+from service.runtime.topics import verify_topics
+from service.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+_RESTART_BACKOFF_S = 1.0
+_STOP_MARGIN_S = 10.0
+
+
+class Runtime:
+    def __init__(
+        self,
+        settings: Settings,
+        agents: Mapping[str, AgentDefinition],
+        *,
+        observer: CommitObserver | None = None,
+    ) -> None:
+        self._settings = settings
+        self._agents = agents
+        self._observer = observer
+        self._owners: dict[int, PartitionOwner] = {}
+        self._owner_tasks: dict[PartitionOwner, asyncio.Task[None]] = {}
+        self._assigned: set[int] = set()
+        self._joined = False
+        self._stopping = False
+        self._tasks: asyncio.TaskGroup | None = None
+        self._ctx: OwnerContext | None = None
+        self.inflight = InFlight(settings.runtime.max_in_flight)
+
+    @property
+    def ready(self) -> bool:
+        """Joined the group and every assigned partition's sessions are restored."""
+        return (
+            self._joined
+            and not self._stopping
+            and all(p in self._owners and self._owners[p].restored for p in self._assigned)
+        )
+
+    @property
+    def assigned(self) -> frozenset[int]:
+        return frozenset(self._assigned)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        settings = self._settings
+        partitions = await verify_topics(settings.kafka, settings.topics)
+        group = settings.group
+        consumer = AIOKafkaConsumer(
+            **connection_options(settings.kafka),
+            client_id=f"{settings.kafka.client_id}-consumer",
+            group_id=group.group_id,
+            group_instance_id=group.instance_id,
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+            partition_assignment_strategy=(RangePartitionAssignor,),
+            session_timeout_ms=group.session_timeout_ms,
+            heartbeat_interval_ms=group.heartbeat_interval_ms,
+            max_poll_interval_ms=group.max_poll_interval_ms,
+            rebalance_timeout_ms=group.rebalance_timeout_ms,
+            max_partition_fetch_bytes=4 * 1024 * 1024,
+        )
+        self._ctx = OwnerContext(
+            settings=settings,
+            agents=self._agents,
+            consumer=consumer,
+            inflight=self.inflight,
+            faults=FaultPoints(settings.faults),
+            on_restored=self._restored,
+            observer=self._observer,
+        )
+        loop = ConsumerLoop(
+            consumer, self._owners, self.inflight, max_records=settings.runtime.fetch_max_records
+        )
+        logger.info(
+            "group=<%s>, instance=<%s>, partitions=<%d> | joining",
+            group.group_id,
+            group.instance_id,
+            partitions,
+        )
+        await consumer.start()
+        try:
+            consumer.subscribe(
+                topics=[settings.topics.commands, settings.topics.control],
+                listener=RebalanceListener(on_revoked=self._revoke, on_assigned=self._assign),
+            )
+            async with asyncio.TaskGroup() as tasks:
+                self._tasks = tasks
+                tasks.create_task(loop.run())
+                await stop.wait()
+                logger.info("owners=<%d> | stopping: draining partitions", len(self._owners))
+                self._stopping = True
+                loop.stop()
+                await self._stop_owners(set(self._owners))
+        finally:
+            self._tasks = None
+            await consumer.stop()
+            logger.info("left the group")
+
+    async def _assign(self, partitions: set[int]) -> None:
+        self._joined = True
+        self._assigned = set(partitions)
+        logger.info("partitions=<%s> | partitions assigned", sorted(partitions))
+        for partition in sorted(partitions):
+            if partition not in self._owners:
+                self._start_owner(partition, seek_on_start=False)
+
+    async def _revoke(self, partitions: set[int]) -> None:
+        logger.info("partitions=<%s> | partitions revoked", sorted(partitions))
+        self._assigned -= partitions
+        await self._stop_owners(partitions)
+
+    def _restored(self, partition: int) -> None:
+        logger.info("partition=<%d> | partition ready", partition)
+
+    def _start_owner(self, partition: int, *, seek_on_start: bool) -> None:
+        assert self._tasks is not None and self._ctx is not None
+        owner = PartitionOwner(partition, self._ctx, seek_on_start=seek_on_start)
+        self._owners[partition] = owner
+        self._owner_tasks[owner] = self._tasks.create_task(self._own(owner))
+
+    async def _own(self, owner: PartitionOwner) -> None:
+        try:
+            exit_ = await owner.run()
+        finally:
+            self._owner_tasks.pop(owner, None)
+            if self._owners.get(owner.partition) is owner:
+                del self._owners[owner.partition]
+        if exit_ is OwnerExit.FAILED and not self._stopping:
+            await asyncio.sleep(_RESTART_BACKOFF_S)
+            if owner.partition in self._assigned and owner.partition not in self._owners:
+                self._start_owner(owner.partition, seek_on_start=True)
+
+    async def _stop_owners(self, partitions: set[int]) -> None:
+        grace = self._settings.runtime.revoke_grace_s
+        owners = [self._owners.pop(p) for p in sorted(partitions) if p in self._owners]
+        for owner in owners:
+            owner.request_stop(grace)
+        tasks = [self._owner_tasks[o] for o in owners if o in self._owner_tasks]
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=grace + _STOP_MARGIN_S)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)

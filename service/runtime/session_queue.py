@@ -1,0 +1,60 @@
+"""Per-session serial queues: one worker per busy session, different sessions concurrently.
+
+Guarantee: the commands of one session are handled one at a time, in the order they were put;
+after :meth:`SessionQueues.close` no queued command starts (running ones may finish).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+from service.runtime.work import CommandWork
+
+Handler = Callable[[CommandWork], Awaitable[None]]
+
+
+class SessionQueues:
+    def __init__(self, task_group: asyncio.TaskGroup, handler: Handler) -> None:
+        self._task_group = task_group
+        self._handler = handler
+        self._queues: dict[str, deque[CommandWork]] = {}
+        self._running = 0
+        self._closed = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def put(self, work: CommandWork) -> None:
+        if self._closed:
+            return
+        queue = self._queues.get(work.session_id)
+        if queue is not None:
+            queue.append(work)
+            return
+        self._queues[work.session_id] = deque((work,))
+        self._running += 1
+        self._idle.clear()
+        self._task_group.create_task(self._drain(work.session_id))
+
+    def close(self) -> None:
+        """Start nothing new; the running handlers finish on their own."""
+        self._closed = True
+
+    async def wait_idle(self) -> None:
+        await self._idle.wait()
+
+    @property
+    def sessions(self) -> int:
+        return len(self._queues)
+
+    async def _drain(self, session_id: str) -> None:
+        queue = self._queues[session_id]
+        try:
+            while queue and not self._closed:
+                await self._handler(queue.popleft())
+        finally:
+            del self._queues[session_id]
+            self._running -= 1
+            if self._running == 0:
+                self._idle.set()

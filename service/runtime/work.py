@@ -1,0 +1,68 @@
+"""Plain data passed between the consumer loop, the session queues and the committer.
+
+An :class:`Outcome` is the unit of atomicity: its records, its session state and the input
+offsets it finishes are committed in the same transaction or not at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where an input record came from (what its finishing moves forward)."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(slots=True)
+class InputRecord:
+    """A fetched record as the runtime keeps it (decoupled from aiokafka's record type)."""
+
+    origin: Origin
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    timestamp_ms: int
+
+
+@dataclass(slots=True)
+class CommandWork:
+    """A decoded command waiting in its session's queue."""
+
+    record: InputRecord
+    session_id: str
+    command: Any
+    """The wire's decoded command, or ``None`` when decoding failed (see ``error``)."""
+    error: Exception | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutRecord:
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]] = field(default_factory=list)
+    partition: int | None = None
+
+
+@dataclass(slots=True)
+class StateWrite:
+    """The new state record of one session (already encoded and size-checked)."""
+
+    session_id: str
+    value: bytes
+    event_seq: int
+
+
+@dataclass(slots=True)
+class Outcome:
+    records: list[OutRecord] = field(default_factory=list)
+    state: StateWrite | None = None
+    finished: list[Origin] = field(default_factory=list)
+    results: int = 0
+    """How many of ``records`` are results (for the committed-steps count)."""

@@ -1,0 +1,108 @@
+"""The one settings root of the service (``CAIRN_`` prefix, nested groups joined with ``__``).
+
+Built once at start-up and passed down; this is the only module that reads the environment.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class KafkaSettings(BaseModel):
+    """Connection options handed to every aiokafka client unchanged."""
+
+    bootstrap_servers: str = "localhost:9092"
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    client_id: str = "cairn"
+    request_timeout_ms: int = Field(default=30_000, gt=0)
+
+
+class TopicSettings(BaseModel):
+    """Topic names and the partition count shared by the co-partitioned topics."""
+
+    commands: str = "cairn.commands"
+    control: str = "cairn.control"
+    results: str = "cairn.results"
+    events: str = "cairn.events"
+    sessions: str = "cairn.sessions"
+    dlq: str = "cairn.dlq"
+    partitions: int = Field(default=12, gt=0)
+    """Partition count of commands, control and sessions (co-partitioned: always equal)."""
+    output_partitions: int | None = Field(default=None, gt=0)
+    """Partition count of results, events and dlq when created; defaults to ``partitions``."""
+    replication_factor: int = Field(default=1, gt=0)
+
+    @property
+    def co_partitioned(self) -> tuple[str, str, str]:
+        return (self.commands, self.control, self.sessions)
+
+
+class GroupSettings(BaseModel):
+    """Consumer-group membership; ``instance_id`` turns on static membership."""
+
+    group_id: str = "cairn"
+    instance_id: str | None = None
+    session_timeout_ms: int = Field(default=10_000, gt=0)
+    heartbeat_interval_ms: int = Field(default=3_000, gt=0)
+    max_poll_interval_ms: int = Field(default=300_000, gt=0)
+    rebalance_timeout_ms: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _heartbeat_below_session(self) -> GroupSettings:
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ValueError("heartbeat_interval_ms must be lower than session_timeout_ms")
+        return self
+
+
+class RuntimeSettings(BaseModel):
+    """Throughput, latency and drain bounds of the per-partition runtime."""
+
+    max_in_flight: int = Field(default=1_000, gt=0)
+    """Commands accepted but not yet committed, per instance; fetching pauses above it."""
+    commit_interval_ms: int = Field(default=10, ge=0)
+    """Minimum spacing between two transactions of one partition: the batching window."""
+    transaction_timeout_ms: int = Field(default=30_000, gt=0)
+    """Broker-side bound of one transaction; a stuck zombie's transaction aborts after it."""
+    commit_timeout_s: float = Field(default=15.0, gt=0)
+    """Client-side bound of one commit; past it the producer is thrown away and re-created."""
+    revoke_grace_s: float = Field(default=5.0, ge=0)
+    """On revocation or shutdown, how long in-flight steps may run to reach a commit."""
+    state_record_max_bytes: int = Field(default=900_000, gt=0)
+    """Largest encoded session state (and result) record; above it the command fails."""
+    fetch_max_records: int = Field(default=500, gt=0)
+
+
+class FaultSettings(BaseModel):
+    """Test-only crash points: the process kills itself with SIGKILL at the named place."""
+
+    kill_at: Literal["after_produce_before_commit", "after_commit"] | None = None
+    kill_after: int = Field(default=1, gt=0)
+    """Kill on the n-th time the point is reached (counted per process)."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="CAIRN_",
+        env_nested_delimiter="__",
+        extra="ignore",
+    )
+
+    kafka: KafkaSettings = KafkaSettings()
+    topics: TopicSettings = TopicSettings()
+    group: GroupSettings = GroupSettings()
+    runtime: RuntimeSettings = RuntimeSettings()
+    faults: FaultSettings = FaultSettings()
+    agents: str = "service.demo:agents"
+    """Import path ``package.module:attribute`` of the agent registry."""
+    health_port: int | None = Field(default=8080, ge=0)
+    log_level: str = "INFO"
+    log_json: bool = True

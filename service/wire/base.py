@@ -1,0 +1,64 @@
+"""Shared model bases and the wire schema version: strict on what Cairn reads, tolerant on output.
+
+Inbound models (commands) refuse unknown fields so a typo is an error, not a silent default;
+outbound models (results, events, state) ignore unknown fields so older readers keep working.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, StringConstraints
+
+WIRE_SCHEMA_VERSION: Literal[1] = 1
+"""Major version of every message on the wire; bumped only by a breaking change."""
+
+WireVersion = Literal[1]
+"""The versions this build reads; a breaking change adds the new one here during migration."""
+
+MAX_ID_LENGTH = 256
+
+Id = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_LENGTH)]
+"""A session, command, tool-use or interrupt id: a non-empty string of at most 256 chars."""
+
+JsonObject = dict[str, Any]
+
+
+def require_envelope(schema: dict[str, Any]) -> None:
+    """Publish ``type`` and ``schema_version`` as required although Python callers may omit them."""
+    required = schema.setdefault("required", [])
+    for name in ("schema_version", "type"):
+        if name in schema.get("properties", {}) and name not in required:
+            required.insert(0, name)
+
+
+class InboundModel(BaseModel):
+    """A message Cairn receives: strict types, unknown fields refused."""
+
+    model_config = ConfigDict(
+        strict=True,
+        extra="forbid",
+        frozen=True,
+        use_attribute_docstrings=True,
+        json_schema_extra=require_envelope,
+    )
+
+
+class OutboundModel(BaseModel):
+    """A message Cairn writes: strict types, unknown fields ignored when read back."""
+
+    model_config = ConfigDict(
+        strict=True,
+        extra="ignore",
+        frozen=True,
+        use_attribute_docstrings=True,
+        json_schema_extra=require_envelope,
+    )
+
+
+class PartModel(BaseModel):
+    """A nested shape fixed by the reference (messages, resume payloads): exact keys only."""
+
+    model_config = ConfigDict(
+        strict=True, extra="forbid", frozen=True, use_attribute_docstrings=True
+    )

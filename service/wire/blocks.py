@@ -1,0 +1,120 @@
+"""Conversation shapes on the wire: content blocks and messages (Bedrock Converse form).
+
+A block is an object with exactly one key; ``text``, ``toolUse`` and ``toolResult`` are checked
+field by field, every other kind (``image``, ``document``, ...) is carried through untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, Field, WithJsonSchema
+from pydantic_core import PydanticCustomError
+
+from service.wire.base import PartModel
+
+TOOL_RESULT_STATUSES = ("success", "error")
+RESUME_KEYS = ("checkpointResume", "interruptResponse")
+"""Keys of resume payloads; never content blocks, so a resume is never mistaken for a prompt."""
+
+_TOOL_USE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["toolUseId", "name", "input"],
+    "properties": {
+        "toolUseId": {"type": "string", "minLength": 1},
+        "name": {"type": "string", "minLength": 1},
+        "input": {},
+    },
+}
+_TOOL_RESULT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["toolUseId", "status", "content"],
+    "properties": {
+        "toolUseId": {"type": "string", "minLength": 1},
+        "status": {"enum": list(TOOL_RESULT_STATUSES)},
+        "content": {"type": "array", "items": {"type": "object", "minProperties": 1}},
+    },
+}
+CONTENT_BLOCK_SCHEMA: dict[str, Any] = {
+    "title": "ContentBlock",
+    "description": "An object with exactly one key: text, toolUse, toolResult, image, ...",
+    "type": "object",
+    "minProperties": 1,
+    "maxProperties": 1,
+    "properties": {
+        "text": {"type": "string"},
+        "toolUse": _TOOL_USE_SCHEMA,
+        "toolResult": _TOOL_RESULT_SCHEMA,
+    },
+    "not": {"anyOf": [{"required": [key]} for key in RESUME_KEYS]},
+}
+
+
+def _fail(message: str) -> PydanticCustomError:
+    return PydanticCustomError("content_block", message)
+
+
+def _check_id(value: Any, where: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise _fail(f"{where} must be a non-empty string")
+
+
+def _check_tool_use(body: Any) -> None:
+    if not isinstance(body, dict):
+        raise _fail("toolUse must be an object")
+    missing = [k for k in ("toolUseId", "name", "input") if k not in body]
+    if missing:
+        raise _fail(f"toolUse is missing {', '.join(missing)}")
+    _check_id(body["toolUseId"], "toolUse.toolUseId")
+    _check_id(body["name"], "toolUse.name")
+
+
+def _check_tool_result(body: Any) -> None:
+    if not isinstance(body, dict):
+        raise _fail("toolResult must be an object")
+    missing = [k for k in ("toolUseId", "status", "content") if k not in body]
+    if missing:
+        raise _fail(f"toolResult is missing {', '.join(missing)}")
+    _check_id(body["toolUseId"], "toolResult.toolUseId")
+    if body["status"] not in TOOL_RESULT_STATUSES:
+        raise _fail("toolResult.status must be 'success' or 'error'")
+    content = body["content"]
+    if not isinstance(content, list) or not all(
+        isinstance(item, dict) and item for item in content
+    ):
+        raise _fail("toolResult.content must be a list of non-empty objects")
+
+
+def check_block(block: dict[str, Any]) -> dict[str, Any]:
+    """Refuse anything but a one-key object; check the inside of the kinds the engine reads."""
+    if len(block) != 1:
+        raise _fail(f"a content block has exactly one key, got {len(block)}")
+    ((kind, body),) = block.items()
+    if kind in RESUME_KEYS:
+        raise _fail(f"{kind} is a resume payload, not a content block")
+    if kind == "text":
+        if not isinstance(body, str):
+            raise _fail("text must be a string")
+    elif kind == "toolUse":
+        _check_tool_use(body)
+    elif kind == "toolResult":
+        _check_tool_result(body)
+    return block
+
+
+ContentBlock = Annotated[
+    dict[str, Any], AfterValidator(check_block), WithJsonSchema(CONTENT_BLOCK_SCHEMA)
+]
+
+
+class Message(PartModel):
+    """``{"role": "user"|"assistant", "content": [block, ...]}``."""
+
+    role: Literal["user", "assistant"]
+    content: list[ContentBlock]
+
+
+class PromptMessage(Message):
+    """A message given as input: same shape, but its content must not be empty."""
+
+    content: Annotated[list[ContentBlock], Field(min_length=1)]

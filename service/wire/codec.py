@@ -1,0 +1,225 @@
+"""Bytes <-> validated wire models on orjson; the only entry points the runtime needs.
+
+Decoding raises nothing but :class:`~service.wire.errors.WireError` (size, JSON, envelope,
+fields, key mismatch), with the ids it could read; encoding writes exactly what the model holds.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from service.wire.base import InboundModel
+from service.wire.commands import CancelCommand, Command, InvokeCommand, ResumeCommand
+from service.wire.errors import ErrorCode, WireError, WireIssue
+from service.wire.events import EVENT_TYPES, ProgressEvent
+from service.wire.pauses import CHECKPOINT_TAG, is_wrapped_checkpoint
+from service.wire.results import ResultRecord
+
+DEFAULT_MAX_RECORD_BYTES = 1024 * 1024
+"""Largest command or control value accepted (the broker's default message size)."""
+
+MAX_ISSUES_IN_REASON = 8
+
+M = TypeVar("M", bound=BaseModel)
+
+COMMAND_TYPES: Mapping[str, type[InvokeCommand] | type[ResumeCommand]] = {
+    "invoke": InvokeCommand,
+    "resume": ResumeCommand,
+}
+CONTROL_TYPES: Mapping[str, type[CancelCommand]] = {"cancel": CancelCommand}
+RESULT_TYPES: Mapping[str, type[ResultRecord]] = {"agent_result": ResultRecord}
+_ELSEWHERE = {
+    "invoke": "the commands topic",
+    "resume": "the commands topic",
+    "cancel": "the control topic",
+    "agent_result": "the results topic",
+    **dict.fromkeys(EVENT_TYPES, "the events topic"),
+}
+
+_MESSAGES = {"missing": "is required", "extra_forbidden": "is not a known field"}
+
+
+class KeyCheck(enum.Enum):
+    SKIP = "skip"
+    """Do not compare the record key with ``session_id`` (tools, tests, results)."""
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not (part.startswith("<") and part.endswith(">")):
+            out += f".{part}" if out else part
+    return out
+
+
+def _issues(exc: ValidationError) -> tuple[tuple[WireIssue, ...], ErrorCode]:
+    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    issues = tuple(
+        WireIssue(_path(err["loc"]), _MESSAGES.get(err["type"], err["msg"])) for err in errors
+    )
+    # The engine reports a malformed checkpoint resume as incompatible; the wire agrees.
+    in_checkpoint = any(CHECKPOINT_TAG in err["loc"] for err in errors)
+    return issues, "checkpoint_incompatible" if in_checkpoint else "invalid_command"
+
+
+def _reason(issues: tuple[WireIssue, ...]) -> str:
+    shown = "; ".join(str(issue) for issue in issues[:MAX_ISSUES_IN_REASON])
+    more = len(issues) - MAX_ISSUES_IN_REASON
+    return f"{shown}; and {more} more" if more > 0 else shown
+
+
+def _id(raw: Mapping[str, Any], name: str) -> str | None:
+    value = raw.get(name)
+    return value if isinstance(value, str) and value else None
+
+
+def _fail(
+    raw: Mapping[str, Any], path: str, message: str, code: ErrorCode = "invalid_command"
+) -> WireError:
+    issue = WireIssue(path, message)
+    return WireError(
+        str(issue),
+        issues=(issue,),
+        code=code,
+        session_id=_id(raw, "session_id"),
+        command_id=_id(raw, "command_id"),
+    )
+
+
+def _load(value: bytes, max_bytes: int | None) -> dict[str, Any]:
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise WireError(f"record value must be bytes, got {type(value).__name__}")
+    if max_bytes is not None and len(value) > max_bytes:
+        raise WireError(f"record value of {len(value)} bytes exceeds the limit of {max_bytes}")
+    try:
+        raw = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise WireError(f"record value is not UTF-8 JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise WireError(f"record value must be a JSON object, got {type(raw).__name__}")
+    return raw
+
+
+def _model_for(raw: dict[str, Any], types: Mapping[str, type[M]]) -> type[M]:
+    kind = raw.get("type")
+    if kind is None:
+        raise _fail(raw, "type", "is required")
+    if not isinstance(kind, str):
+        raise _fail(raw, "type", "must be a string")
+    model = types.get(kind)
+    if model is None:
+        expected = ", ".join(repr(t) for t in types)
+        where = f" ({kind!r} belongs on {_ELSEWHERE[kind]})" if kind in _ELSEWHERE else ""
+        raise _fail(raw, "type", f"unknown message type {kind!r}{where}; expected {expected}")
+    if "schema_version" not in raw:
+        raise _fail(raw, "schema_version", "is required")
+    return model
+
+
+def _validate(model: type[M], raw: dict[str, Any]) -> M:
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        issues, code = _issues(exc)
+        raise WireError(
+            _reason(issues),
+            issues=issues,
+            code=code,
+            session_id=_id(raw, "session_id"),
+            command_id=_id(raw, "command_id"),
+        ) from None
+
+
+def _check_key(raw: dict[str, Any], session_id: str, key: bytes | KeyCheck | None) -> None:
+    if key is KeyCheck.SKIP:
+        return
+    if key is None:
+        raise _fail(raw, "session_id", "the record has no key; the key must be the session id")
+    if key != session_id.encode():
+        shown = key[:64].decode("utf-8", "replace")
+        raise _fail(raw, "session_id", f"does not match the record key {shown!r}")
+
+
+def _refuse_wrapped_checkpoint(raw: dict[str, Any], field: str) -> None:
+    if is_wrapped_checkpoint(raw.get(field)):
+        raise _fail(
+            raw,
+            field,
+            'a checkpoint resume is the object {"checkpointResume": {...}}, not a list of it',
+            code="checkpoint_incompatible",
+        )
+
+
+def decode_command(
+    value: bytes,
+    *,
+    key: bytes | KeyCheck | None = KeyCheck.SKIP,
+    max_bytes: int | None = DEFAULT_MAX_RECORD_BYTES,
+) -> Command:
+    """A commands-topic value as an invoke or a resume (an invoke with a resume prompt resumes).
+
+    Pass the record ``key`` so a record keyed differently from its ``session_id`` (it would
+    sit on another session's partition) is refused.
+    """
+    raw = _load(value, max_bytes)
+    model = _model_for(raw, COMMAND_TYPES)
+    _refuse_wrapped_checkpoint(raw, "prompt" if model is InvokeCommand else "resume")
+    command = _validate(model, raw)
+    _check_key(raw, command.session_id, key)
+    if isinstance(command, InvokeCommand) and command.is_resume:
+        return command.as_resume()
+    return command
+
+
+def decode_control(
+    value: bytes,
+    *,
+    key: bytes | KeyCheck | None = KeyCheck.SKIP,
+    max_bytes: int | None = DEFAULT_MAX_RECORD_BYTES,
+) -> CancelCommand:
+    """A control-topic value as a cancel."""
+    raw = _load(value, max_bytes)
+    command = _validate(_model_for(raw, CONTROL_TYPES), raw)
+    _check_key(raw, command.session_id, key)
+    return command
+
+
+def decode_result(value: bytes) -> ResultRecord:
+    """A results-topic value (for clients and tests)."""
+    raw = _load(value, None)
+    return _validate(_model_for(raw, RESULT_TYPES), raw)
+
+
+def decode_event(value: bytes) -> ProgressEvent:
+    """An events-topic value as its typed event."""
+    raw = _load(value, None)
+    model: type[ProgressEvent] = _model_for(raw, EVENT_TYPES)
+    return _validate(model, raw)
+
+
+def encode(message: BaseModel) -> bytes:
+    """Any wire model as compact UTF-8 JSON; a command keeps only the fields that were set."""
+    data = message.model_dump(exclude_unset=isinstance(message, InboundModel))
+    try:
+        return orjson.dumps(data)
+    except orjson.JSONEncodeError as exc:
+        raise WireError(f"{type(message).__name__} holds a value that is not JSON: {exc}") from None
+
+
+def encode_command(command: Command | CancelCommand) -> bytes:
+    return encode(command)
+
+
+def encode_result(record: ResultRecord) -> bytes:
+    return encode(record)
+
+
+def encode_event(event: ProgressEvent) -> bytes:
+    return encode(event)

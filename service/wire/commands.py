@@ -1,0 +1,174 @@
+"""Commands Cairn receives: ``invoke`` and ``resume`` (commands topic), ``cancel`` (control topic).
+
+Field names are fixed by the design; ``schema_version`` is required on every command. An
+``invoke`` whose prompt has a resume shape is a resume: :meth:`InvokeCommand.as_resume`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Discriminator, Field, Tag
+
+from service.wire.base import (
+    WIRE_SCHEMA_VERSION,
+    Id,
+    InboundModel,
+    JsonObject,
+    PartModel,
+    WireVersion,
+)
+from service.wire.blocks import ContentBlock, Message, PromptMessage
+from service.wire.pauses import (
+    ANSWERS_TAG,
+    CHECKPOINT_TAG,
+    CheckpointResume,
+    InterruptAnswer,
+    InterruptAnswers,
+    ResumeInput,
+    is_answers_shape,
+    is_checkpoint_shape,
+    is_wrapped_checkpoint,
+)
+
+TEXT_TAG = "<text>"
+BLOCKS_TAG = "<blocks>"
+MESSAGES_TAG = "<messages>"
+
+
+class Limits(PartModel):
+    """Bounds of the turn (counted across all its invocations); each is optional."""
+
+    max_cycles: Annotated[int, Field(ge=1)] | None = None
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    deadline_s: Annotated[float, Field(gt=0)] | None = None
+
+
+def _has_role(item: Any) -> bool:
+    return isinstance(item, Message) or "role" in item
+
+
+def _prompt_tag(value: Any) -> str | None:
+    if isinstance(value, str):
+        return TEXT_TAG
+    if isinstance(value, CheckpointResume) or is_checkpoint_shape(value):
+        return CHECKPOINT_TAG
+    if not isinstance(value, list) or is_wrapped_checkpoint(value):
+        return None
+    if is_answers_shape(value):
+        return ANSWERS_TAG
+    if any(isinstance(item, Message | dict) and _has_role(item) for item in value):
+        return MESSAGES_TAG
+    return BLOCKS_TAG
+
+
+Prompt = Annotated[
+    Annotated[Annotated[str, Field(min_length=1)], Tag(TEXT_TAG)]
+    | Annotated[Annotated[list[ContentBlock], Field(min_length=1)], Tag(BLOCKS_TAG)]
+    | Annotated[Annotated[list[PromptMessage], Field(min_length=1)], Tag(MESSAGES_TAG)]
+    | Annotated[CheckpointResume, Tag(CHECKPOINT_TAG)]
+    | Annotated[InterruptAnswers, Tag(ANSWERS_TAG)],
+    Discriminator(
+        _prompt_tag,
+        custom_error_type="prompt_shape",
+        custom_error_message=(
+            "must be text, a list of content blocks, a list of messages, or a resume payload"
+        ),
+    ),
+]
+
+
+class _Command(InboundModel):
+    type: str
+    schema_version: WireVersion = WIRE_SCHEMA_VERSION
+    command_id: Id
+    """Unique per command; the idempotency key (a repeated id is answered once)."""
+    session_id: Id
+    """Also the record key: every command of a session lands on the same partition."""
+
+    def model_post_init(self, context: Any, /) -> None:
+        # ``type`` and ``schema_version`` are written even when a caller left them implicit,
+        # while other unset optionals stay absent so a decoded command re-encodes unchanged.
+        self.__pydantic_fields_set__.update(("type", "schema_version"))
+
+
+class _Invocation(_Command):
+    checkpointing: bool | None = None
+    """Pause at checkpoints in this invocation; absent means the agent's default."""
+    invocation_state: JsonObject | None = None
+    limits: Limits | None = None
+    metadata: JsonObject = Field(default_factory=dict)
+    """Echoed unchanged in the result."""
+
+
+class ResumeCommand(_Invocation):
+    """Continue a paused session: from its checkpoint, or with answers to its interrupts."""
+
+    type: Literal["resume"] = "resume"
+    resume: ResumeInput
+    agent: Id | None = None
+    """Optional; when given it must name the session's agent."""
+
+    def engine_input(self) -> Any:
+        """The payload as the engine takes it (plain dicts and lists)."""
+        if isinstance(self.resume, CheckpointResume):
+            return self.resume.model_dump()
+        return [answer.model_dump() for answer in self.resume]
+
+
+class InvokeCommand(_Invocation):
+    """Run an agent on a prompt (a new turn, or abandoning a pause with new input)."""
+
+    type: Literal["invoke"] = "invoke"
+    agent: Id
+    """Name of an agent hosted by this deployment."""
+    prompt: Prompt
+
+    @property
+    def is_resume(self) -> bool:
+        return isinstance(self.prompt, CheckpointResume) or (
+            isinstance(self.prompt, list)
+            and bool(self.prompt)
+            and all(isinstance(item, InterruptAnswer) for item in self.prompt)
+        )
+
+    def as_resume(self) -> ResumeCommand:
+        """The resume this invoke stands for (its prompt is a resume payload)."""
+        if not self.is_resume:
+            raise ValueError("this invoke's prompt is not a resume payload")
+        fields = {
+            name: getattr(self, name)
+            for name in self.model_fields_set
+            if name not in ("type", "prompt")
+        }
+        prompt = self.prompt
+        resume: CheckpointResume | list[InterruptAnswer] = (
+            prompt
+            if isinstance(prompt, CheckpointResume)
+            else [item for item in prompt if isinstance(item, InterruptAnswer)]
+        )
+        return ResumeCommand(resume=resume, **fields)
+
+    def engine_input(self) -> Any:
+        """The prompt as the engine takes it (a string or plain dicts)."""
+        if isinstance(self.prompt, str):
+            return self.prompt
+        if isinstance(self.prompt, CheckpointResume):
+            return self.prompt.model_dump()
+        return [item if isinstance(item, dict) else item.model_dump() for item in self.prompt]
+
+
+class CancelCommand(_Command):
+    """Stop a running invocation, resolve a pause, or skip a queued command (control topic)."""
+
+    type: Literal["cancel"] = "cancel"
+    target_command_id: Id | None = None
+    """Cancel exactly this command; absent means whatever the session is doing."""
+    message: str | None = None
+    """Text of the assistant message a cancelled model stream leaves behind."""
+    after_current_tools: bool = False
+    """Let the running tool batch finish, then stop."""
+
+
+Command = InvokeCommand | ResumeCommand
+"""What the commands topic carries, after an ``invoke`` with a resume prompt became a resume."""

@@ -1,0 +1,92 @@
+"""Dead-letter records: the original record unchanged, plus why and where it came from in headers.
+
+The value, key and original headers are kept byte for byte; Cairn appends its own headers, all
+UTF-8 strings, so a reader (or a replay tool) can find the source record again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from service.wire.base import WIRE_SCHEMA_VERSION
+from service.wire.errors import ErrorCode, WireError, WireIssue
+
+DLQ_REASON = "cairn.dlq.reason"
+DLQ_CODE = "cairn.dlq.code"
+DLQ_SOURCE_TOPIC = "cairn.dlq.source.topic"
+DLQ_SOURCE_PARTITION = "cairn.dlq.source.partition"
+DLQ_SOURCE_OFFSET = "cairn.dlq.source.offset"
+DLQ_SCHEMA_VERSION = "cairn.dlq.schema_version"
+TRACEPARENT = "traceparent"
+"""W3C trace context header, read from commands and written on results and events."""
+
+MAX_REASON_LENGTH = 1024
+"""Reasons are cut to this many characters so a header never dwarfs the record."""
+
+DLQ_HEADER_FIELDS = {
+    DLQ_REASON: "reason",
+    DLQ_CODE: "code",
+    DLQ_SOURCE_TOPIC: "source_topic",
+    DLQ_SOURCE_PARTITION: "source_partition",
+    DLQ_SOURCE_OFFSET: "source_offset",
+    DLQ_SCHEMA_VERSION: "schema_version",
+}
+
+Headers = Sequence[tuple[str, bytes]]
+
+
+class DlqHeaders(BaseModel):
+    """Cairn's headers on a dead-letter record (Kafka header values, decoded as UTF-8)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, populate_by_name=True)
+
+    reason: Annotated[str, Field(alias=DLQ_REASON, min_length=1, max_length=MAX_REASON_LENGTH)]
+    code: Annotated[ErrorCode, Field(alias=DLQ_CODE)]
+    source_topic: Annotated[str, Field(alias=DLQ_SOURCE_TOPIC, min_length=1)]
+    source_partition: Annotated[str, Field(alias=DLQ_SOURCE_PARTITION, pattern=r"^[0-9]+$")]
+    source_offset: Annotated[str, Field(alias=DLQ_SOURCE_OFFSET, pattern=r"^[0-9]+$")]
+    schema_version: Annotated[str, Field(alias=DLQ_SCHEMA_VERSION, pattern=r"^1$")]
+
+    def to_headers(self) -> list[tuple[str, bytes]]:
+        return [(name, value.encode()) for name, value in self.model_dump(by_alias=True).items()]
+
+
+def dlq_headers(
+    original: Iterable[tuple[str, bytes]] | None,
+    *,
+    reason: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    code: ErrorCode = "invalid_command",
+) -> list[tuple[str, bytes]]:
+    """The original headers followed by Cairn's; a later Cairn header wins over an earlier one."""
+    ours = DlqHeaders(
+        reason=reason[:MAX_REASON_LENGTH] or "unknown",
+        code=code,
+        source_topic=topic,
+        source_partition=str(partition),
+        source_offset=str(offset),
+        schema_version=str(WIRE_SCHEMA_VERSION),
+    )
+    return [*(original or ()), *ours.to_headers()]
+
+
+def read_dlq_headers(headers: Iterable[tuple[str, bytes]]) -> DlqHeaders:
+    """Cairn's headers of a dead-letter record (the last of each name); raises WireError."""
+    found: dict[str, str] = {}
+    try:
+        for name, value in headers:
+            if name in DLQ_HEADER_FIELDS:
+                found[name] = value.decode()
+        return DlqHeaders.model_validate(found)
+    except UnicodeDecodeError as exc:
+        raise WireError(f"dead-letter header is not UTF-8: {exc}") from None
+    except ValidationError as exc:
+        issues = tuple(
+            WireIssue(".".join(str(p) for p in err["loc"]), err["msg"]) for err in exc.errors()
+        )
+        raise WireError("; ".join(map(str, issues)), issues=issues) from None

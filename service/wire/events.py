@@ -1,0 +1,85 @@
+"""Progress events on the events topic: coalesced text, tool activity, boundaries, interrupts.
+
+Every event names its session and command and carries ``seq``, increasing by one per session,
+so a reader that reconnects can tell what it missed; the final word is always the result.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from service.wire.base import WIRE_SCHEMA_VERSION, Id, OutboundModel, WireVersion
+from service.wire.blocks import Message
+from service.wire.pauses import Interrupt
+
+
+class _Event(OutboundModel):
+    type: str
+    schema_version: WireVersion = WIRE_SCHEMA_VERSION
+    session_id: Id
+    command_id: Id
+    """The command whose invocation produced this event."""
+    seq: Annotated[int, Field(ge=0)]
+    """Position of this event in its session's event stream."""
+
+
+class TextDeltaEvent(_Event):
+    """Model text streamed since the previous event (deltas are coalesced)."""
+
+    type: Literal["text_delta"] = "text_delta"
+    text: str
+
+
+class ModelMessageEvent(_Event):
+    """A complete assistant message, as appended to the conversation."""
+
+    type: Literal["model_message"] = "model_message"
+    message: Message
+
+
+class ToolStartedEvent(_Event):
+    type: Literal["tool_started"] = "tool_started"
+    tool_use_id: Id
+    name: str
+
+
+class ToolFinishedEvent(_Event):
+    type: Literal["tool_finished"] = "tool_finished"
+    tool_use_id: Id
+    name: str
+    status: Literal["success", "error"]
+
+
+class CheckpointReachedEvent(_Event):
+    """A boundary was made durable; ``paused`` tells whether the invocation stops here."""
+
+    type: Literal["checkpoint_reached"] = "checkpoint_reached"
+    position: Literal["after_model", "after_tools"]
+    cycle_index: Annotated[int, Field(ge=0)]
+    paused: bool
+
+
+class InterruptRaisedEvent(_Event):
+    type: Literal["interrupt_raised"] = "interrupt_raised"
+    interrupts: Annotated[list[Interrupt], Field(min_length=1)]
+
+
+ProgressEvent = (
+    TextDeltaEvent
+    | ModelMessageEvent
+    | ToolStartedEvent
+    | ToolFinishedEvent
+    | CheckpointReachedEvent
+    | InterruptRaisedEvent
+)
+
+EVENT_TYPES: dict[str, type[ProgressEvent]] = {
+    "text_delta": TextDeltaEvent,
+    "model_message": ModelMessageEvent,
+    "tool_started": ToolStartedEvent,
+    "tool_finished": ToolFinishedEvent,
+    "checkpoint_reached": CheckpointReachedEvent,
+    "interrupt_raised": InterruptRaisedEvent,
+}

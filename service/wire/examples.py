@@ -1,0 +1,424 @@
+"""Example messages of one realistic session, built through the engine types and wire models.
+
+Each example is produced by the same code paths the service uses, so it validates against its
+schema and re-encodes unchanged by construction; the contract tests check both independently.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from pydantic import BaseModel
+
+from service.agent.interrupts import tool_call_id
+from service.agent.state import PendingBatch, SessionState
+from service.agent.types import AgentResult, Checkpoint, ErrorInfo, Interrupt, Usage
+from service.wire.codec import encode
+from service.wire.commands import CancelCommand, InvokeCommand, Limits, ResumeCommand
+from service.wire.dlq import dlq_headers
+from service.wire.errors import ErrorCode
+from service.wire.events import (
+    CheckpointReachedEvent,
+    InterruptRaisedEvent,
+    ModelMessageEvent,
+    TextDeltaEvent,
+    ToolFinishedEvent,
+    ToolStartedEvent,
+)
+from service.wire.pauses import CheckpointResume, InterruptAnswer
+from service.wire.results import error_record, result_record
+from service.wire.session_record import SessionStateRecord
+
+SESSION = "support-4711"
+AGENT = "support"
+METADATA = {"tenant": "acme", "request_id": "req-2b1c"}
+LOOKUP_ID = "tooluse_lookup_01"
+REFUND_ID = "tooluse_refund_02"
+APPROVAL = tool_call_id(REFUND_ID, "approve_refund")
+
+USER_TEXT = "Where is order 8812? If it is late, refund the shipping fee."
+LOOKUP_MESSAGE: dict[str, Any] = {
+    "role": "assistant",
+    "content": [
+        {"text": "Let me look up order 8812."},
+        {
+            "toolUse": {
+                "toolUseId": LOOKUP_ID,
+                "name": "lookup_order",
+                "input": {"order_id": "8812"},
+            }
+        },
+    ],
+}
+LOOKUP_RESULT: dict[str, Any] = {
+    "toolResult": {
+        "toolUseId": LOOKUP_ID,
+        "status": "success",
+        "content": [{"json": {"order_id": "8812", "status": "delayed", "shipping_fee": 4.99}}],
+    }
+}
+REFUND_MESSAGE: dict[str, Any] = {
+    "role": "assistant",
+    "content": [
+        {"text": "The order is delayed; I will refund the 4.99 EUR shipping fee."},
+        {
+            "toolUse": {
+                "toolUseId": REFUND_ID,
+                "name": "issue_refund",
+                "input": {"order_id": "8812", "amount": 4.99, "currency": "EUR"},
+            }
+        },
+    ],
+}
+FINAL_MESSAGE: dict[str, Any] = {
+    "role": "assistant",
+    "content": [{"text": "Order 8812 is delayed by two days; the shipping fee was refunded."}],
+}
+APPROVAL_REASON = {"order_id": "8812", "amount": 4.99, "currency": "EUR"}
+
+ERROR_MESSAGES: dict[ErrorCode, str] = {
+    "invalid_command": "prompt: must be text, a list of content blocks, a list of messages, "
+    "or a resume payload",
+    "unknown_agent": "agent 'billing' is not hosted by this deployment",
+    "checkpoint_incompatible": "checkpoint schema_version '2.0' is not '1.0'",
+    "checkpoint_stale": "checkpoint after_model/0 is not the pause this session issued last",
+    "checkpointing_disabled": "checkpointing is off for agent 'support'",
+    "interrupt_pending": "an interrupt is pending: only interrupt answers are accepted",
+    "no_pending_interrupt": "interrupt answers arrived but nothing is pending",
+    "unknown_interrupt": "interrupt 'v1:tool_call:x:y' is not pending",
+    "model_error": "model provider failed: 503 Service Unavailable",
+    "limit_exceeded": "the turn exceeded max_cycles=8",
+    "internal": "internal error; the command was not applied",
+}
+
+
+def _usage(cycles: int) -> dict[str, int]:
+    return Usage(input_tokens=412 * cycles, output_tokens=57 * cycles).to_dict()
+
+
+def _metrics(cycles: int, tools: dict[str, int], turn_invocations: int) -> dict[str, Any]:
+    """This invocation's metrics and plausible turn totals, in the engine's layout."""
+    tool_ms = 12.5
+    invocation = {
+        "cycles": cycles,
+        "usage": _usage(cycles),
+        "model_ms": 640.5 * cycles,
+        "duration_ms": 640.5 * cycles + tool_ms * sum(tools.values()) + 1.25,
+        "tools": {
+            name: {"calls": calls, "errors": 0, "time_ms": tool_ms * calls}
+            for name, calls in tools.items()
+        },
+    }
+    turn_cycles = max(cycles, (turn_invocations + 1) // 2)
+    turn = {
+        "invocations": turn_invocations,
+        "cycles": turn_cycles,
+        "usage": _usage(turn_cycles),
+        "model_ms": 640.5 * turn_cycles,
+        "duration_ms": 655.25 * turn_invocations,
+        "tools": invocation["tools"],
+    }
+    return {"invocation": invocation, "turn": turn}
+
+
+def _json(model: BaseModel) -> Any:
+    return orjson.loads(encode(model))
+
+
+def _commands() -> dict[str, tuple[str, Any]]:
+    checkpoint = Checkpoint(position="after_model", cycle_index=0).to_dict()
+    return {
+        "invoke/text-prompt": (
+            "invoke",
+            InvokeCommand(
+                command_id="cmd-0001",
+                session_id=SESSION,
+                agent=AGENT,
+                prompt=USER_TEXT,
+                checkpointing=True,
+                metadata=METADATA,
+            ),
+        ),
+        "invoke/content-blocks-with-limits": (
+            "invoke",
+            InvokeCommand(
+                command_id="cmd-0101",
+                session_id="support-4712",
+                agent=AGENT,
+                prompt=[{"text": "Summarise the open tickets of customer 77."}],
+                limits=Limits(max_cycles=8, max_tokens=20000, deadline_s=120.0),
+                invocation_state={"customer_id": 77, "locale": "de-DE"},
+            ),
+        ),
+        "invoke/messages": (
+            "invoke",
+            InvokeCommand(
+                command_id="cmd-0201",
+                session_id="support-4713",
+                agent=AGENT,
+                prompt=[
+                    {"role": "user", "content": [{"text": "My parcel never arrived."}]},
+                    {"role": "assistant", "content": [{"text": "Which order number?"}]},
+                    {"role": "user", "content": [{"text": "Order 9120."}]},
+                ],
+            ),
+        ),
+        "resume/checkpoint": (
+            "resume",
+            ResumeCommand(
+                command_id="cmd-0002",
+                session_id=SESSION,
+                resume=CheckpointResume.model_validate(
+                    {"checkpointResume": {"checkpoint": checkpoint}}
+                ),
+                metadata=METADATA,
+            ),
+        ),
+        "resume/interrupt-answers": (
+            "resume",
+            ResumeCommand(
+                command_id="cmd-0005",
+                session_id=SESSION,
+                resume=[
+                    InterruptAnswer.model_validate(
+                        {
+                            "interruptResponse": {
+                                "interruptId": APPROVAL,
+                                "response": {"approved": True, "approver": "j.doe"},
+                            }
+                        }
+                    )
+                ],
+                metadata=METADATA,
+            ),
+        ),
+        "cancel/session": (
+            "cancel",
+            CancelCommand(command_id="cmd-0900", session_id=SESSION),
+        ),
+        "cancel/command-after-current-tools": (
+            "cancel",
+            CancelCommand(
+                command_id="cmd-0901",
+                session_id=SESSION,
+                target_command_id="cmd-0003",
+                message="Stopped by the operator",
+                after_current_tools=True,
+            ),
+        ),
+    }
+
+
+def _results() -> dict[str, tuple[str, Any]]:
+    state = {"customer_tier": "gold"}
+    results = {
+        "agent_result/checkpoint-after-model": (
+            "cmd-0001",
+            AgentResult(
+                stop_reason="checkpoint",
+                message=LOOKUP_MESSAGE,
+                checkpoint=Checkpoint(position="after_model", cycle_index=0),
+                metrics=_metrics(1, {}, 1),
+                state=state,
+            ),
+        ),
+        "agent_result/checkpoint-after-tools": (
+            "cmd-0002",
+            AgentResult(
+                stop_reason="checkpoint",
+                message=LOOKUP_MESSAGE,
+                checkpoint=Checkpoint(position="after_tools", cycle_index=0),
+                metrics=_metrics(0, {"lookup_order": 1}, 2),
+                state=state,
+            ),
+        ),
+        "agent_result/interrupt": (
+            "cmd-0004",
+            AgentResult(
+                stop_reason="interrupt",
+                message=REFUND_MESSAGE,
+                interrupts=[Interrupt(id=APPROVAL, name="approve_refund", reason=APPROVAL_REASON)],
+                metrics=_metrics(0, {"issue_refund": 1}, 4),
+                state=state,
+            ),
+        ),
+        "agent_result/end-turn": (
+            "cmd-0006",
+            AgentResult(
+                stop_reason="end_turn",
+                message=FINAL_MESSAGE,
+                metrics=_metrics(1, {}, 6),
+                state=state,
+            ),
+        ),
+        "agent_result/cancelled": (
+            "cmd-0003",
+            AgentResult(
+                stop_reason="cancelled",
+                message={"role": "assistant", "content": [{"text": "Cancelled by user"}]},
+                metrics=_metrics(1, {}, 3),
+                state=state,
+            ),
+        ),
+    }
+    out: dict[str, tuple[str, Any]] = {
+        name: (
+            "agent_result",
+            result_record(result, session_id=SESSION, command_id=cid, metadata=METADATA),
+        )
+        for name, (cid, result) in results.items()
+    }
+    for code, text in ERROR_MESSAGES.items():
+        out[f"agent_result/error-{code.replace('_', '-')}"] = (
+            "agent_result",
+            error_record(
+                session_id=SESSION,
+                command_id="cmd-0666",
+                code=code,
+                message=text,
+                metadata=METADATA,
+            ),
+        )
+    # The engine's own error results go through result_record like any other result.
+    failed = AgentResult(
+        stop_reason="error",
+        message=None,
+        metrics=_metrics(1, {}, 1),
+        error=ErrorInfo(code="model_error", message=ERROR_MESSAGES["model_error"]),
+    )
+    out["agent_result/error-from-engine"] = (
+        "agent_result",
+        result_record(failed, session_id=SESSION, command_id="cmd-0667"),
+    )
+    return out
+
+
+def _events() -> dict[str, tuple[str, Any]]:
+    common: dict[str, Any] = {"session_id": SESSION, "command_id": "cmd-0001"}
+    return {
+        "event.text_delta/text-delta": (
+            "event.text_delta",
+            TextDeltaEvent(seq=0, text="Let me look up ", **common),
+        ),
+        "event.model_message/model-message": (
+            "event.model_message",
+            ModelMessageEvent.model_validate({**common, "seq": 1, "message": LOOKUP_MESSAGE}),
+        ),
+        "event.checkpoint_reached/after-model": (
+            "event.checkpoint_reached",
+            CheckpointReachedEvent(
+                seq=2, position="after_model", cycle_index=0, paused=True, **common
+            ),
+        ),
+        "event.tool_started/tool-started": (
+            "event.tool_started",
+            ToolStartedEvent(
+                seq=3,
+                tool_use_id=LOOKUP_ID,
+                name="lookup_order",
+                session_id=SESSION,
+                command_id="cmd-0002",
+            ),
+        ),
+        "event.tool_finished/tool-finished": (
+            "event.tool_finished",
+            ToolFinishedEvent(
+                seq=4,
+                tool_use_id=LOOKUP_ID,
+                name="lookup_order",
+                status="success",
+                session_id=SESSION,
+                command_id="cmd-0002",
+            ),
+        ),
+        "event.interrupt_raised/approval": (
+            "event.interrupt_raised",
+            InterruptRaisedEvent.model_validate(
+                {
+                    "session_id": SESSION,
+                    "command_id": "cmd-0004",
+                    "seq": 9,
+                    "interrupts": [
+                        Interrupt(
+                            id=APPROVAL, name="approve_refund", reason=APPROVAL_REASON
+                        ).to_dict()
+                    ],
+                }
+            ),
+        ),
+    }
+
+
+def paused_state() -> SessionState:
+    """A session paused at the after_model checkpoint of its first cycle."""
+    return SessionState(
+        session_id=SESSION,
+        agent=AGENT,
+        messages=[{"role": "user", "content": [{"text": USER_TEXT}]}, LOOKUP_MESSAGE],
+        agent_state={"customer_tier": "gold"},
+        checkpoint=Checkpoint(position="after_model", cycle_index=0),
+        cycle_index=0,
+        pending=PendingBatch(assistant_message=LOOKUP_MESSAGE),
+        turn_metrics=_metrics(1, {}, 1)["turn"],
+        turn_started_at=1767225600.0,
+        applied_commands=["cmd-0001"],
+        turn_checkpointing=True,
+    )
+
+
+def interrupted_state() -> SessionState:
+    """A session waiting for an answer to the refund approval of its second cycle."""
+    return SessionState(
+        session_id=SESSION,
+        agent=AGENT,
+        messages=[
+            {"role": "user", "content": [{"text": USER_TEXT}]},
+            LOOKUP_MESSAGE,
+            {"role": "user", "content": [LOOKUP_RESULT]},
+            REFUND_MESSAGE,
+        ],
+        agent_state={"customer_tier": "gold"},
+        cycle_index=1,
+        pending=PendingBatch(
+            assistant_message=REFUND_MESSAGE,
+            interrupts=[Interrupt(id=APPROVAL, name="approve_refund", reason=APPROVAL_REASON)],
+        ),
+        turn_metrics=_metrics(2, {"lookup_order": 1, "issue_refund": 1}, 4)["turn"],
+        turn_started_at=1767225600.0,
+        applied_commands=["cmd-0001", "cmd-0002", "cmd-0003", "cmd-0004"],
+        turn_checkpointing=True,
+    )
+
+
+def _others() -> dict[str, tuple[str, Any]]:
+    headers = dlq_headers(
+        [("traceparent", b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")],
+        reason="record value is not UTF-8 JSON: unexpected character: line 1 column 1 (char 0)",
+        topic="cairn.commands",
+        partition=3,
+        offset=18211,
+    )
+    return {
+        "dlq_headers/not-json": (
+            "dlq_headers",
+            {name: value.decode() for name, value in headers if name.startswith("cairn.")},
+        ),
+        "session_state/paused-checkpoint": (
+            "session_state",
+            SessionStateRecord.model_validate(paused_state().to_dict()),
+        ),
+        "session_state/pending-interrupt": (
+            "session_state",
+            SessionStateRecord.model_validate(interrupted_state().to_dict()),
+        ),
+    }
+
+
+def all_examples() -> dict[str, tuple[str, Any]]:
+    """``"<folder>/<name>" -> (schema name, JSON value)`` for every example file."""
+    built = {**_commands(), **_results(), **_events(), **_others()}
+    return {
+        name: (schema, _json(value) if isinstance(value, BaseModel) else value)
+        for name, (schema, value) in built.items()
+    }

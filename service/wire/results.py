@@ -1,0 +1,131 @@
+"""The ``agent_result`` record: one per accepted command, keyed by session id.
+
+Its body is exactly ``AgentResult.to_dict()`` of the engine plus ``schema_version``,
+``session_id``, ``command_id`` and ``metadata``; the pause fields agree with ``stop_reason``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from service.agent.types import AgentResult, StopReason
+from service.wire.base import (
+    WIRE_SCHEMA_VERSION,
+    Id,
+    JsonObject,
+    OutboundModel,
+    PartModel,
+    WireVersion,
+    require_envelope,
+)
+from service.wire.blocks import Message
+from service.wire.errors import ErrorCode
+from service.wire.pauses import Checkpoint, Interrupt
+
+
+class ErrorBody(PartModel):
+    """Why the command was rejected or failed; ``code`` is one of the documented codes."""
+
+    code: ErrorCode
+    message: str
+
+
+def _result_schema(schema: dict[str, Any]) -> None:
+    require_envelope(schema)
+    schema["allOf"] = [
+        _iff("checkpoint", {"type": "object"}, {"type": "null"}),
+        _iff("interrupt", {"type": "array", "minItems": 1}, {"type": "null"}),
+        {
+            "if": {"properties": {"stop_reason": {"const": "error"}}},
+            "then": {"properties": {"error": {"type": "object"}}},
+        },
+    ]
+
+
+def _iff(reason: str, when: dict[str, Any], otherwise: dict[str, Any]) -> dict[str, Any]:
+    field = "interrupts" if reason == "interrupt" else reason
+    return {
+        "if": {"properties": {"stop_reason": {"const": reason}}},
+        "then": {"properties": {field: when}},
+        "else": {"properties": {field: otherwise}},
+    }
+
+
+class ResultRecord(OutboundModel):
+    """What a client reads from the results topic for each command it published."""
+
+    model_config = ConfigDict(json_schema_extra=_result_schema)
+
+    type: Literal["agent_result"] = "agent_result"
+    schema_version: WireVersion = WIRE_SCHEMA_VERSION
+    session_id: Id
+    command_id: Id
+    """The command this result answers (the correlation id)."""
+    message: Message | None
+    stop_reason: StopReason
+    checkpoint: Checkpoint | None
+    """Set exactly when ``stop_reason`` is ``checkpoint``; send it back to resume."""
+    interrupts: Annotated[list[Interrupt], Field(min_length=1)] | None
+    """Set exactly when ``stop_reason`` is ``interrupt``; answer each by its ``id``."""
+    metrics: JsonObject
+    """This invocation's metrics and the running totals of the turn."""
+    state: JsonObject
+    """The agent state (a JSON object) after this invocation."""
+    error: ErrorBody | None
+    """Set when ``stop_reason`` is ``error``: the command was rejected or failed."""
+    metadata: JsonObject
+    """The command's ``metadata``, unchanged (``{}`` when it had none)."""
+
+    @model_validator(mode="after")
+    def _pause_fields_agree(self) -> ResultRecord:
+        if (self.stop_reason == "checkpoint") != (self.checkpoint is not None):
+            raise ValueError("checkpoint is set exactly when stop_reason is 'checkpoint'")
+        if (self.stop_reason == "interrupt") != (self.interrupts is not None):
+            raise ValueError("interrupts are set exactly when stop_reason is 'interrupt'")
+        if self.stop_reason == "error" and self.error is None:
+            raise ValueError("error is required when stop_reason is 'error'")
+        return self
+
+
+def result_record(
+    result: AgentResult,
+    *,
+    session_id: str,
+    command_id: str,
+    metadata: JsonObject | None = None,
+) -> ResultRecord:
+    """Wrap an engine result for the wire; raises ``pydantic.ValidationError`` on a bad shape."""
+    body = result.to_dict()
+    body.update(
+        schema_version=WIRE_SCHEMA_VERSION,
+        session_id=session_id,
+        command_id=command_id,
+        metadata=metadata if metadata is not None else {},
+    )
+    return ResultRecord.model_validate(body)
+
+
+def error_record(
+    *,
+    session_id: str,
+    command_id: str,
+    code: ErrorCode,
+    message: str,
+    metadata: JsonObject | None = None,
+    state: JsonObject | None = None,
+) -> ResultRecord:
+    """An ``error`` result for a command that was rejected before or while it ran."""
+    return ResultRecord(
+        session_id=session_id,
+        command_id=command_id,
+        message=None,
+        stop_reason="error",
+        checkpoint=None,
+        interrupts=None,
+        metrics={},
+        state=state if state is not None else {},
+        error=ErrorBody(code=code, message=message),
+        metadata=metadata if metadata is not None else {},
+    )

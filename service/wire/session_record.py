@@ -1,0 +1,72 @@
+"""The session-state record of the compacted sessions topic, as ``SessionState.to_dict`` writes it.
+
+This model is the published contract of that JSON; the bytes on the topic are produced and
+upcast by :mod:`service.sessions.codec`, which stays the only reader Cairn uses at run time.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field
+
+from service.wire.base import Id, JsonObject, OutboundModel, PartModel
+from service.wire.blocks import ContentBlock, Message
+from service.wire.pauses import Checkpoint, Interrupt
+
+SessionVersion = Literal[1]
+"""Session-state versions this build writes; older ones are upcast by the sessions codec."""
+
+
+class PendingBatch(PartModel):
+    """A tool batch without its results message yet; ``interrupts`` non-empty while waiting."""
+
+    assistant_message: Message
+    results: dict[str, ContentBlock]
+    """Completed toolResult blocks by toolUseId."""
+    interrupts: list[Interrupt]
+
+
+class Inflight(PartModel):
+    """A running invocation's last durable boundary (crash recovery marker)."""
+
+    command_id: Id
+    position: Literal["after_model", "after_tools"]
+    cycle_index: Annotated[int, Field(ge=0)]
+    checkpointing: bool
+
+
+class TurnLimits(PartModel):
+    max_cycles: int | None
+    max_tokens: int | None
+    deadline_s: float | None
+
+
+class SessionStateRecord(OutboundModel):
+    """Everything a fresh process needs to continue a session exactly.
+
+    Unknown fields are refused: the state has one writer, and an older layout is upcast by
+    the sessions codec before it is read, never read loosely.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: SessionVersion
+    session_id: Id
+    agent: str
+    messages: list[Message]
+    agent_state: JsonObject
+    checkpoint: Checkpoint | None
+    """The pause issued last; a resume must present exactly this one."""
+    cycle_index: Annotated[int, Field(ge=0)]
+    pending: PendingBatch | None
+    inflight: Inflight | None
+    turn_metrics: JsonObject
+    turn_started_at: float | None
+    """Wall-clock start of the current turn (epoch seconds), for the turn deadline."""
+    applied_commands: list[Id]
+    """Ids of commands already applied (newest last), so a redelivery is answered once."""
+    turn_checkpointing: bool | None
+    """Checkpointing of the current turn, so resumes need not repeat it."""
+    turn_limits: TurnLimits | None
+    """Limits of the current turn, so resumes need not repeat them."""

@@ -1,0 +1,225 @@
+"""The Dockerfile, compose file and Kubernetes manifests agree with the service they deploy.
+
+They cannot run here, so every invariant that matters is checked structurally: probe paths are
+routes the service serves, every ``CAIRN_`` name is a real setting (and its value validates),
+the image's entrypoint is the CLI, and the stop budget covers the drain.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from service.observability.http import HealthServer
+from service.observability.metrics import Metrics
+from service.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S = ROOT / "deploy" / "k8s"
+COMPOSE = ROOT / "deploy" / "compose.yaml"
+DOCKERFILE = ROOT / "Dockerfile"
+
+
+def _setting_paths(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> dict[str, tuple]:
+    """``CAIRN_`` env name -> attribute path, derived from the settings model itself."""
+    out: dict[str, tuple] = {}
+    for name, field in model.model_fields.items():
+        path = (*prefix, name)
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            out.update(_setting_paths(annotation, path))
+        else:
+            out["CAIRN_" + "__".join(p.upper() for p in path)] = path
+    return out
+
+
+SETTING_PATHS = _setting_paths(Settings)
+
+
+def _k8s_documents() -> list[dict[str, Any]]:
+    docs: list[dict[str, Any]] = []
+    for path in sorted(K8S.glob("*.yaml")):
+        docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    return docs
+
+
+def _one(kind: str) -> dict[str, Any]:
+    found = [d for d in _k8s_documents() if d.get("kind") == kind]
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+def _container() -> dict[str, Any]:
+    containers = _one("Deployment")["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def _config_env() -> dict[str, str]:
+    env = dict(_one("ConfigMap")["data"])
+    secret = _one("Secret")
+    env.update(secret.get("stringData") or {})
+    return env
+
+
+def _compose() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def _service_routes() -> set[str]:
+    app = HealthServer(Metrics(), readiness=lambda: True).build_app()
+    return {resource.canonical for resource in app.router.resources()}
+
+
+def _dockerfile_final_stage() -> list[tuple[str, str]]:
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    instructions = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            instructions.append((keyword.upper(), rest.strip()))
+    froms = [i for i, (k, _) in enumerate(instructions) if k == "FROM"]
+    assert len(froms) >= 2, "the image must be built in more than one stage"
+    return instructions[froms[-1] :]
+
+
+def _exec_form(value: str) -> list[str]:
+    parsed = yaml.safe_load(value)
+    assert isinstance(parsed, list), f"use the exec (JSON) form, not {value!r}"
+    return [str(v) for v in parsed]
+
+
+def test_every_k8s_manifest_parses_and_kustomization_lists_them_all() -> None:
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    listed = set(kustomization["resources"])
+    on_disk = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
+    assert listed == on_disk
+    kinds = {d["kind"] for d in _k8s_documents()}
+    assert {"Deployment", "ConfigMap", "Secret", "PodDisruptionBudget"} <= kinds
+
+
+def test_probe_and_prestop_paths_are_routes_of_the_service() -> None:
+    routes = _service_routes()
+    container = _container()
+    probes = {name: container[name] for name in ("livenessProbe", "readinessProbe")}
+    assert probes["livenessProbe"]["httpGet"]["path"] == "/livez"
+    assert probes["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    for name in ("livenessProbe", "readinessProbe", "startupProbe"):
+        if name in container:
+            assert container[name]["httpGet"]["path"] in routes, name
+    assert container["lifecycle"]["preStop"]["httpGet"]["path"] in routes
+
+
+def test_probe_port_is_the_port_the_service_listens_on() -> None:
+    container = _container()
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    health_port = int(_config_env().get("CAIRN_HEALTH_PORT", Settings().health_port or 0))
+    for name in ("livenessProbe", "readinessProbe"):
+        port = container[name]["httpGet"]["port"]
+        assert ports.get(port, port) == health_port
+
+
+def _all_cairn_env() -> dict[str, dict[str, str]]:
+    sources: dict[str, dict[str, str]] = {"k8s": _config_env()}
+    for name, service in _compose()["services"].items():
+        env = service.get("environment") or {}
+        sources[f"compose:{name}"] = {k: str(v) for k, v in env.items()}
+    for keyword, rest in _dockerfile_final_stage():
+        if keyword == "ENV":
+            sources["Dockerfile"] = dict(
+                item.split("=", 1) for item in shlex.split(rest) if "=" in item
+            )
+    return {
+        src: {k: v for k, v in env.items() if k.startswith("CAIRN_")}
+        for src, env in sources.items()
+    }
+
+
+def test_every_cairn_env_name_is_a_real_setting_and_its_value_lands(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sources = _all_cairn_env()
+    assert sum(len(env) for env in sources.values()) > 5
+    for source, env in sources.items():
+        unknown = set(env) - set(SETTING_PATHS)
+        assert not unknown, f"{source}: not settings: {sorted(unknown)}"
+        with monkeypatch.context() as m:
+            for key in list(SETTING_PATHS):
+                m.delenv(key, raising=False)
+            for key, value in env.items():
+                m.setenv(key, value)
+            settings = Settings()
+        for key, value in env.items():
+            landed: Any = settings
+            for part in SETTING_PATHS[key]:
+                landed = getattr(landed, part)
+            if hasattr(landed, "get_secret_value"):
+                landed = landed.get_secret_value()
+            if isinstance(landed, bool):
+                assert landed == (value.lower() in ("1", "true", "yes", "on")), f"{source}: {key}"
+            elif isinstance(landed, int | float):
+                assert landed == float(value), f"{source}: {key}"
+            else:
+                assert str(landed) == value, f"{source}: {key}"
+
+
+def test_termination_grace_covers_the_revoke_grace() -> None:
+    revoke = float(
+        _config_env().get("CAIRN_RUNTIME__REVOKE_GRACE_S", Settings().runtime.revoke_grace_s)
+    )
+    pod = _one("Deployment")["spec"]["template"]["spec"]
+    # The drain, one commit and leaving the group all have to fit.
+    assert pod["terminationGracePeriodSeconds"] >= revoke + Settings().runtime.commit_timeout_s
+    cairn = _compose()["services"]["cairn"]
+    compose_revoke = float(cairn["environment"]["CAIRN_RUNTIME__REVOKE_GRACE_S"])
+    assert int(str(cairn["stop_grace_period"]).rstrip("s")) > compose_revoke
+
+
+def test_pod_runs_as_the_image_user_and_the_budget_selects_the_pods() -> None:
+    pod = _one("Deployment")["spec"]["template"]
+    security = pod["spec"]["securityContext"]
+    assert security["runAsNonRoot"] is True
+    users = [rest for keyword, rest in _dockerfile_final_stage() if keyword == "USER"]
+    assert users and users[-1] not in ("root", "0")
+    assert str(security["runAsUser"]) == users[-1]
+    pdb = _one("PodDisruptionBudget")
+    selector = pdb["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= pod["metadata"]["labels"].items()
+    assert selector == _one("Deployment")["spec"]["selector"]["matchLabels"]
+
+
+def test_image_entrypoint_is_the_cli_and_the_healthcheck_probes_livez() -> None:
+    stage = _dockerfile_final_stage()
+    assert stage[0][1].startswith("python:3.11-slim")
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    entry = [_exec_form(rest) for keyword, rest in stage if keyword == "ENTRYPOINT"]
+    assert entry and entry[-1] == ["cairn"]
+    assert scripts["cairn"] == "service.cli:main"
+    cmd = [_exec_form(rest) for keyword, rest in stage if keyword == "CMD"]
+    assert cmd and cmd[-1] == ["serve"]
+    healthcheck = [rest for keyword, rest in stage if keyword == "HEALTHCHECK"]
+    assert healthcheck and "/livez" in healthcheck[-1]
+    assert "/livez" in _service_routes()
+    assert _container()["args"] == ["serve"]
+
+
+def test_compose_runs_topic_creation_once_before_the_service() -> None:
+    services = _compose()["services"]
+    assert services["topics"]["command"] == ["topics", "create"]
+    assert services["topics"]["restart"] == "no"
+    depends = services["cairn"]["depends_on"]["topics"]["condition"]
+    assert depends == "service_completed_successfully"
+    assert services["topics"]["build"]["dockerfile"] == "Dockerfile"
+    assert (COMPOSE.parent / services["topics"]["build"]["context"] / "Dockerfile").is_file()
+    kafka_env = services["kafka"]["environment"]
+    assert kafka_env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    for key in ("OFFSETS_TOPIC_REPLICATION_FACTOR", "TRANSACTION_STATE_LOG_MIN_ISR"):
+        assert kafka_env[f"KAFKA_{key}"] == "1"

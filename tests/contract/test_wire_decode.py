@@ -1,0 +1,426 @@
+"""Decoding commands and control records: what is accepted, and the exact error for what is not."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from service.wire.codec import (
+    DEFAULT_MAX_RECORD_BYTES,
+    decode_command,
+    decode_control,
+    encode,
+)
+from service.wire.commands import CancelCommand, InvokeCommand, ResumeCommand
+from service.wire.errors import WireError
+
+CHECKPOINT = {"position": "after_model", "cycle_index": 0, "schema_version": "1.0"}
+INVOKE: dict[str, Any] = {
+    "type": "invoke",
+    "schema_version": 1,
+    "command_id": "c-1",
+    "session_id": "s-1",
+    "agent": "support",
+    "prompt": "hello",
+}
+RESUME: dict[str, Any] = {
+    "type": "resume",
+    "schema_version": 1,
+    "command_id": "c-2",
+    "session_id": "s-1",
+    "resume": {"checkpointResume": {"checkpoint": CHECKPOINT}},
+}
+CANCEL: dict[str, Any] = {
+    "type": "cancel",
+    "schema_version": 1,
+    "command_id": "c-3",
+    "session_id": "s-1",
+}
+ANSWER = {"interruptResponse": {"interruptId": "v1:before_tools:x", "response": {"ok": True}}}
+
+
+def raw(value: dict[str, Any]) -> bytes:
+    return orjson.dumps(value)
+
+
+def refused(value: bytes, **kwargs: Any) -> WireError:
+    with pytest.raises(WireError) as caught:
+        decode_command(value, **kwargs)
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "hello",
+        [{"text": "hello"}, {"image": {"format": "png", "source": {"bytes": "aGk="}}}],
+        [
+            {"role": "user", "content": [{"text": "hi"}]},
+            {"role": "assistant", "content": [{"text": "hello"}]},
+            {"role": "user", "content": [{"text": "go on"}]},
+        ],
+    ],
+    ids=["text", "blocks", "messages"],
+)
+def test_invoke_prompt_shapes_are_accepted_and_reencode_unchanged(prompt: Any) -> None:
+    value = raw({**INVOKE, "prompt": prompt, "checkpointing": True, "metadata": {"k": [1]}})
+    command = decode_command(value)
+    assert isinstance(command, InvokeCommand)
+    assert command.engine_input() == prompt
+    assert orjson.loads(encode(command)) == orjson.loads(value)
+
+
+def test_optional_fields_that_were_absent_stay_absent_when_reencoded() -> None:
+    command = decode_command(raw(INVOKE))
+    assert orjson.loads(encode(command)) == INVOKE
+    assert command.metadata == {} and command.limits is None and command.checkpointing is None
+
+
+def test_resume_shapes_are_accepted() -> None:
+    checkpoint = decode_command(raw(RESUME))
+    assert isinstance(checkpoint, ResumeCommand)
+    assert checkpoint.engine_input() == RESUME["resume"]
+    answers = decode_command(raw({**RESUME, "resume": [ANSWER, ANSWER]}))
+    assert isinstance(answers, ResumeCommand)
+    assert answers.engine_input() == [ANSWER, ANSWER]
+
+
+def test_unknown_checkpoint_keys_are_kept_for_the_engine() -> None:
+    checkpoint = {**CHECKPOINT, "note": "from a newer client"}
+    command = decode_command(
+        raw({**RESUME, "resume": {"checkpointResume": {"checkpoint": checkpoint}}})
+    )
+    assert command.engine_input()["checkpointResume"]["checkpoint"] == checkpoint
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [{"checkpointResume": {"checkpoint": CHECKPOINT}}, [ANSWER]],
+    ids=["checkpoint", "answers"],
+)
+def test_an_invoke_with_a_resume_prompt_is_a_resume(prompt: Any) -> None:
+    value = raw({**INVOKE, "prompt": prompt, "metadata": {"m": 1}})
+    command = decode_command(value)
+    assert isinstance(command, ResumeCommand)
+    assert command.engine_input() == prompt
+    assert (command.command_id, command.session_id, command.agent) == ("c-1", "s-1", "support")
+    assert command.metadata == {"m": 1}
+    expected = {**INVOKE, "type": "resume", "resume": prompt, "metadata": {"m": 1}}
+    del expected["prompt"]
+    assert orjson.loads(encode(command)) == expected
+
+
+def test_cancel_is_read_from_the_control_topic() -> None:
+    cancel = decode_control(
+        raw({**CANCEL, "target_command_id": "c-1", "after_current_tools": True, "message": "stop"})
+    )
+    assert isinstance(cancel, CancelCommand)
+    assert (cancel.target_command_id, cancel.after_current_tools, cancel.message) == (
+        "c-1",
+        True,
+        "stop",
+    )
+    plain = decode_control(raw(CANCEL))
+    assert plain.after_current_tools is False and plain.target_command_id is None
+
+
+INVALID: list[tuple[str, dict[str, Any], str, str]] = [
+    (
+        "unknown type",
+        {**INVOKE, "type": "invok"},
+        "invalid_command",
+        "type: unknown message type 'invok'",
+    ),
+    (
+        "cancel on commands",
+        {**INVOKE, "type": "cancel"},
+        "invalid_command",
+        "'cancel' belongs on the control topic",
+    ),
+    ("type not a string", {**INVOKE, "type": 3}, "invalid_command", "type: must be a string"),
+    (
+        "no schema_version",
+        {k: v for k, v in INVOKE.items() if k != "schema_version"},
+        "invalid_command",
+        "schema_version: is required",
+    ),
+    (
+        "future schema_version",
+        {**INVOKE, "schema_version": 2},
+        "invalid_command",
+        "schema_version: Input should be 1",
+    ),
+    (
+        "no command_id",
+        {k: v for k, v in INVOKE.items() if k != "command_id"},
+        "invalid_command",
+        "command_id: is required",
+    ),
+    (
+        "empty session_id",
+        {**INVOKE, "session_id": ""},
+        "invalid_command",
+        "session_id: String should have at least 1 character",
+    ),
+    (
+        "no agent",
+        {k: v for k, v in INVOKE.items() if k != "agent"},
+        "invalid_command",
+        "agent: is required",
+    ),
+    (
+        "unknown field",
+        {**INVOKE, "checkpointng": True},
+        "invalid_command",
+        "checkpointng: is not a known field",
+    ),
+    (
+        "checkpointing as string",
+        {**INVOKE, "checkpointing": "yes"},
+        "invalid_command",
+        "checkpointing: Input should be a valid boolean",
+    ),
+    (
+        "limits wrong type",
+        {**INVOKE, "limits": {"max_cycles": "3"}},
+        "invalid_command",
+        "limits.max_cycles: Input should be a valid integer",
+    ),
+    (
+        "limits unknown key",
+        {**INVOKE, "limits": {"max_turns": 3}},
+        "invalid_command",
+        "limits.max_turns: is not a known field",
+    ),
+    (
+        "metadata not an object",
+        {**INVOKE, "metadata": [1]},
+        "invalid_command",
+        "metadata: Input should be a valid dictionary",
+    ),
+    (
+        "empty prompt",
+        {**INVOKE, "prompt": ""},
+        "invalid_command",
+        "prompt: String should have at least 1 character",
+    ),
+    (
+        "prompt object",
+        {**INVOKE, "prompt": {"text": "hi"}},
+        "invalid_command",
+        "prompt: must be text, a list of content blocks",
+    ),
+    (
+        "block with two keys",
+        {**INVOKE, "prompt": [{"text": "a", "image": {}}]},
+        "invalid_command",
+        "prompt[0]: a content block has exactly one key, got 2",
+    ),
+    (
+        "text not a string",
+        {**INVOKE, "prompt": [{"text": 1}]},
+        "invalid_command",
+        "prompt[0]: text must be a string",
+    ),
+    (
+        "message bad role",
+        {**INVOKE, "prompt": [{"role": "system", "content": [{"text": "x"}]}]},
+        "invalid_command",
+        "prompt[0].role: Input should be 'user' or 'assistant'",
+    ),
+    (
+        "message empty content",
+        {**INVOKE, "prompt": [{"role": "user", "content": []}]},
+        "invalid_command",
+        "prompt[0].content: List should have at least 1 item",
+    ),
+    (
+        "toolUse without id",
+        {
+            **INVOKE,
+            "prompt": [{"role": "assistant", "content": [{"toolUse": {"name": "x", "input": {}}}]}],
+        },
+        "invalid_command",
+        "prompt[0].content[0]: toolUse is missing toolUseId",
+    ),
+    (
+        "resume not a shape",
+        {**RESUME, "resume": "go"},
+        "invalid_command",
+        'resume: must be {"checkpointResume"',
+    ),
+    (
+        "resume empty list",
+        {**RESUME, "resume": []},
+        "invalid_command",
+        'resume: must be {"checkpointResume"',
+    ),
+    (
+        "resume extra outer key",
+        {**RESUME, "resume": {"checkpointResume": {"checkpoint": CHECKPOINT}, "x": 1}},
+        "checkpoint_incompatible",
+        "resume.x: is not a known field",
+    ),
+    (
+        "checkpoint missing",
+        {**RESUME, "resume": {"checkpointResume": {}}},
+        "checkpoint_incompatible",
+        "resume.checkpointResume.checkpoint: is required",
+    ),
+    (
+        "checkpoint version number",
+        {
+            **RESUME,
+            "resume": {"checkpointResume": {"checkpoint": {**CHECKPOINT, "schema_version": 1.0}}},
+        },
+        "checkpoint_incompatible",
+        "resume.checkpointResume.checkpoint.schema_version: Input should be '1.0'",
+    ),
+    (
+        "checkpoint version 2.0",
+        {
+            **RESUME,
+            "resume": {"checkpointResume": {"checkpoint": {**CHECKPOINT, "schema_version": "2.0"}}},
+        },
+        "checkpoint_incompatible",
+        "schema_version: Input should be '1.0'",
+    ),
+    (
+        "checkpoint version missing",
+        {
+            **RESUME,
+            "resume": {
+                "checkpointResume": {"checkpoint": {"position": "after_model", "cycle_index": 0}}
+            },
+        },
+        "checkpoint_incompatible",
+        "resume.checkpointResume.checkpoint.schema_version: is required",
+    ),
+    (
+        "checkpoint bad position",
+        {
+            **RESUME,
+            "resume": {
+                "checkpointResume": {"checkpoint": {**CHECKPOINT, "position": "before_model"}}
+            },
+        },
+        "checkpoint_incompatible",
+        "checkpoint.position: Input should be 'after_model' or 'after_tools'",
+    ),
+    (
+        "checkpoint negative index",
+        {
+            **RESUME,
+            "resume": {"checkpointResume": {"checkpoint": {**CHECKPOINT, "cycle_index": -1}}},
+        },
+        "checkpoint_incompatible",
+        "checkpoint.cycle_index: Input should be greater than or equal to 0",
+    ),
+    (
+        "list-wrapped checkpoint",
+        {**RESUME, "resume": [{"checkpointResume": {"checkpoint": CHECKPOINT}}]},
+        "checkpoint_incompatible",
+        "resume: a checkpoint resume is the object",
+    ),
+    (
+        "list-wrapped checkpoint prompt",
+        {**INVOKE, "prompt": [{"checkpointResume": {"checkpoint": CHECKPOINT}}]},
+        "checkpoint_incompatible",
+        "prompt: a checkpoint resume is the object",
+    ),
+    (
+        "answer without id",
+        {**RESUME, "resume": [{"interruptResponse": {"response": 1}}]},
+        "invalid_command",
+        "resume[0].interruptResponse.interruptId: is required",
+    ),
+    (
+        "answer without response",
+        {**RESUME, "resume": [{"interruptResponse": {"interruptId": "i"}}]},
+        "invalid_command",
+        "resume[0].interruptResponse.response: is required",
+    ),
+    (
+        "answers mixed with text",
+        {**RESUME, "resume": [ANSWER, {"text": "hi"}]},
+        "invalid_command",
+        "resume[1].interruptResponse: is required",
+    ),
+    (
+        "answers mixed in a prompt",
+        {**INVOKE, "prompt": [{"text": "hi"}, ANSWER]},
+        "invalid_command",
+        "prompt[0].interruptResponse: is required",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "value", "code", "reason"), INVALID, ids=[c[0] for c in INVALID])
+def test_invalid_commands_are_refused_with_path_and_reason(
+    case: str, value: dict[str, Any], code: str, reason: str
+) -> None:
+    error = refused(raw(value))
+    assert reason in error.reason, case
+    assert error.code == code
+    assert error.issues and all(str(issue) in error.reason for issue in error.issues)
+
+
+def test_ids_are_reported_when_they_could_be_read() -> None:
+    error = refused(raw({**INVOKE, "prompt": 5}))
+    assert (error.session_id, error.command_id, error.answerable) == ("s-1", "c-1", True)
+    missing = refused(raw({**INVOKE, "command_id": 7}))
+    assert (missing.session_id, missing.command_id, missing.answerable) == ("s-1", None, False)
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (b"", "not UTF-8 JSON"),
+        (b"{", "not UTF-8 JSON"),
+        (b"\xff\xfe{}", "not UTF-8 JSON"),
+        (b'{"a": NaN}', "not UTF-8 JSON"),
+        (b"[1, 2]", "must be a JSON object, got list"),
+        (b'"invoke"', "must be a JSON object, got str"),
+        (b"null", "must be a JSON object, got NoneType"),
+    ],
+)
+def test_non_json_values_are_refused_without_ids(value: bytes, reason: str) -> None:
+    error = refused(value)
+    assert reason in error.reason
+    assert (error.session_id, error.command_id) == (None, None)
+
+
+def test_oversize_values_are_refused_before_parsing() -> None:
+    big = raw({**INVOKE, "prompt": "x" * DEFAULT_MAX_RECORD_BYTES})
+    error = refused(big)
+    assert f"{len(big)} bytes exceeds the limit of {DEFAULT_MAX_RECORD_BYTES}" in error.reason
+    assert decode_command(raw(INVOKE), max_bytes=len(raw(INVOKE))).command_id == "c-1"
+    assert "exceeds" in refused(raw(INVOKE), max_bytes=len(raw(INVOKE)) - 1).reason
+
+
+def test_the_record_key_must_be_the_session_id() -> None:
+    assert decode_command(raw(INVOKE), key=b"s-1").session_id == "s-1"
+    error = refused(raw(INVOKE), key=b"s-2")
+    assert "session_id: does not match the record key 's-2'" in error.reason
+    assert error.answerable
+    assert "the record has no key" in refused(raw(INVOKE), key=None).reason
+    with pytest.raises(WireError, match="does not match the record key"):
+        decode_control(raw(CANCEL), key=b"other")
+
+
+def test_control_refuses_commands_and_commands_refuse_cancels() -> None:
+    with pytest.raises(WireError, match="'invoke' belongs on the commands topic"):
+        decode_control(raw(INVOKE))
+    with pytest.raises(WireError, match=r"unknown_field: is not a known field"):
+        decode_control(raw({**CANCEL, "unknown_field": 1}))
+    with pytest.raises(WireError, match="target_command_id: String should have at least 1"):
+        decode_control(raw({**CANCEL, "target_command_id": ""}))
+
+
+def test_many_issues_are_summarised_but_all_kept() -> None:
+    prompt = [{"text": i} for i in range(20)]
+    error = refused(raw({**INVOKE, "prompt": prompt}))
+    assert len(error.issues) == 20
+    assert error.reason.endswith("and 12 more")

@@ -1,0 +1,81 @@
+"""`cairn topics create` lays out the six topics; `cairn serve` refuses a layout it cannot run on."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from tests.support.runtime_harness import REPO, Cluster, create_topics_raw, unique
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
+
+
+def _run(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "service", *args],
+        cwd=REPO,
+        env=cluster.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+async def test_topics_create_makes_six_topics_with_compacted_sessions(
+    kafka_bootstrap: str, tmp_path
+) -> None:
+    cluster = Cluster(kafka_bootstrap, tmp_path, partitions=3)
+    first = _run(cluster, "topics", "create")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.count("created") == 6
+    again = _run(cluster, "topics", "create")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("exists") == 6
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:
+        topics = cluster.topics
+        names = [
+            topics.commands,
+            topics.control,
+            topics.sessions,
+            topics.results,
+            topics.events,
+            topics.dlq,
+        ]
+        described = {t["topic"]: len(t["partitions"]) for t in await admin.describe_topics(names)}
+        assert described == dict.fromkeys(names, 3)
+        [response] = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topics.sessions)]
+        )
+        configs = {entry[0]: entry[1] for entry in response.resources[0][4]}
+        assert configs["cleanup.policy"] == "compact"
+    finally:
+        await admin.close()
+
+
+async def test_serve_refuses_missing_topics(kafka_bootstrap: str, tmp_path) -> None:
+    cluster = Cluster(kafka_bootstrap, tmp_path)
+    result = _run(cluster, "serve")
+    assert result.returncode == 1
+    assert "missing topics" in result.stderr
+    assert cluster.topics.commands in result.stderr
+
+
+async def test_serve_refuses_co_partitioned_topics_that_disagree(
+    kafka_bootstrap: str, tmp_path
+) -> None:
+    cluster = Cluster(kafka_bootstrap, tmp_path, partitions=2)
+    topics = cluster.topics
+    await create_topics_raw(
+        kafka_bootstrap, {topics.commands: 2, topics.control: 2, topics.sessions: 3}
+    )
+    await create_topics_raw(kafka_bootstrap, {topics.results: 2, topics.events: 2, topics.dlq: 2})
+    result = _run(cluster, "serve")
+    assert result.returncode == 1
+    assert "co-partitioned topics must have equal partition counts" in result.stderr
+    assert f"{topics.sessions}=3" in result.stderr

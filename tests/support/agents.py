@@ -1,0 +1,153 @@
+"""The agent registry the runtime tests run inside real service processes.
+
+Replies are chosen from the conversation itself (how many assistant messages follow the last
+user prompt), so any instance, and a replay after a crash, gives the same reply. Every model
+call and every tool call is appended to a JSON-lines file named by the environment, so a test
+can count them across processes; tool lines carry the idempotency key.
+
+Knobs (environment of the service process, read here because this is test support):
+``CAIRN_TEST_MODEL_LATENCY`` = ``"<reply index>:<seconds>"``, ``CAIRN_TEST_TOOL_SLEEP`` = seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from service.agent.definition import AgentDefinition
+from service.agent.provider import ModelChunk, ModelProvider, ModelReply, ModelRequest, TextDelta
+from service.agent.tools import ToolContext, tool
+from service.agent.types import Usage
+
+
+def _append(env_name: str, entry: dict[str, Any]) -> None:
+    path = os.environ.get(env_name)
+    if not path:
+        return
+    line = json.dumps(entry) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def _position(messages: list[dict[str, Any]]) -> tuple[int, int]:
+    """(turn number, reply index within the turn) from the conversation."""
+    turn = sum(
+        1
+        for m in messages
+        if m.get("role") == "user" and any("text" in b for b in m.get("content") or [])
+    )
+    index = 0
+    for message in reversed(messages):
+        if message.get("role") == "assistant":
+            index += 1
+        elif any("text" in block for block in message.get("content") or []):
+            break
+    return turn, index
+
+
+class CycleModel(ModelProvider):
+    """``cycles`` tool calls of ``tool_name`` per turn, then a text answer."""
+
+    def __init__(self, cycles: int, tool_name: str = "record") -> None:
+        self.cycles = cycles
+        self.tool_name = tool_name
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        turn, index = _position(request.messages)
+        _append(
+            "CAIRN_TEST_MODEL_LOG",
+            {"session_id": request.session_id, "turn": turn, "index": index, "pid": os.getpid()},
+        )
+        latency = os.environ.get("CAIRN_TEST_MODEL_LATENCY")
+        if latency:
+            at, seconds = latency.split(":")
+            if int(at) == index:
+                await asyncio.sleep(float(seconds))
+        if index < self.cycles:
+            tool_use = {
+                "toolUseId": f"t{turn}c{index}",
+                "name": self.tool_name,
+                "input": {"step": index},
+            }
+            message = {"role": "assistant", "content": [{"toolUse": tool_use}]}
+            yield ModelReply(message=message, stop_reason="tool_use", usage=Usage(10, 5))
+            return
+        text = f"done turn {turn}"
+        yield TextDelta(text)
+        yield ModelReply(
+            message={"role": "assistant", "content": [{"text": text}]},
+            stop_reason="end_turn",
+            usage=Usage(10, 5),
+        )
+
+
+def _record_call(name: str, step: int, context: ToolContext) -> None:
+    _append(
+        "CAIRN_TEST_TOOL_LOG",
+        {
+            "tool": name,
+            "step": step,
+            "session_id": context.session_id,
+            "tool_use_id": context.tool_use_id,
+            "idempotency_key": context.idempotency_key,
+            "pid": os.getpid(),
+            "time": time.time(),
+        },
+    )
+
+
+@tool
+def record(step: int, context: ToolContext) -> str:
+    """Record this call and return at once.
+
+    Args:
+        step: Which cycle asked.
+    """
+    _record_call("record", step, context)
+    return f"recorded {step}"
+
+
+@tool
+async def slow(step: int, context: ToolContext) -> str:
+    """Record this call, then take ``CAIRN_TEST_TOOL_SLEEP`` seconds.
+
+    Args:
+        step: Which cycle asked.
+    """
+    _record_call("slow", step, context)
+    await asyncio.sleep(float(os.environ.get("CAIRN_TEST_TOOL_SLEEP", "0")))
+    return f"slow {step}"
+
+
+@tool
+def approve(step: int, context: ToolContext) -> str:
+    """Ask a human before going on.
+
+    Args:
+        step: Which cycle asked.
+    """
+    _record_call("approve", step, context)
+    answer = context.interrupt("approval", reason={"step": step})
+    return f"approved: {answer}"
+
+
+def registry() -> Mapping[str, AgentDefinition]:
+    return {
+        "simple": AgentDefinition(name="simple", model=CycleModel(0)),
+        "cycles": AgentDefinition(name="cycles", model=CycleModel(2), tools=[record]),
+        "bench": AgentDefinition(
+            name="bench", model=CycleModel(3), tools=[record], checkpointing=True
+        ),
+        "long": AgentDefinition(name="long", model=CycleModel(6), tools=[record]),
+        "slowtools": AgentDefinition(name="slowtools", model=CycleModel(2, "slow"), tools=[slow]),
+        "approval": AgentDefinition(
+            name="approval", model=CycleModel(1, "approve"), tools=[approve]
+        ),
+    }

@@ -1,0 +1,188 @@
+"""Shared helpers of the engine tests: tools, agents, running an invocation, history checks."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from service.agent.cancel import CancelSignal
+from service.agent.definition import AgentDefinition
+from service.agent.events import Event, Stopped
+from service.agent.hooks import HookProvider
+from service.agent.loop import Invocation, run_invocation
+from service.agent.state import SessionState
+from service.agent.tools import ToolContext, tool
+from service.agent.types import AgentResult, Limits
+from service.providers.scripted import ReplySpec, ScriptedModel, ToolCall
+from service.sessions.codec import decode_state, encode_state
+
+
+@tool(inline=True)
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: The first addend.
+        b: The second addend.
+    """
+    return a + b
+
+
+@tool(inline=True)
+def echo(text: str) -> str:
+    """Return the text unchanged."""
+    return text
+
+
+@tool(inline=True)
+def approve(action: str, context: ToolContext) -> str:
+    """Ask a human before doing ``action``."""
+    answer = context.interrupt("approval", reason={"action": action})
+    return f"{action}:{answer}"
+
+
+@tool
+async def slow(seconds: float, context: ToolContext) -> str:
+    """Sleep cooperatively, stopping early on cancel."""
+    try:
+        await asyncio.wait_for(context.cancel.wait(), seconds)
+    except TimeoutError:
+        return "slept"
+    return "stopped early"
+
+
+TOOLS = [add, echo, approve, slow]
+
+
+def make_agent(
+    script: Sequence[ReplySpec],
+    *,
+    checkpointing: bool = True,
+    executor: str = "sequential",
+    hooks: Sequence[HookProvider] = (),
+    limits: Limits | None = None,
+    tools: Sequence[Any] = TOOLS,
+    mode: str = "conversation",
+) -> AgentDefinition:
+    model = ScriptedModel(script, mode=mode, record=True)  # type: ignore[arg-type]
+    return AgentDefinition(
+        name="tester",
+        model=model,
+        system_prompt="You test.",
+        tools=list(tools),
+        executor=executor,  # type: ignore[arg-type]
+        hooks=list(hooks),
+        checkpointing=checkpointing,
+        limits=limits or Limits(),
+    )
+
+
+def model_of(agent: AgentDefinition) -> ScriptedModel:
+    assert isinstance(agent.model, ScriptedModel)
+    return agent.model
+
+
+def call(name: str, tool_use_id: str | None = None, **input: Any) -> ToolCall:
+    return ToolCall(name, input, tool_use_id)
+
+
+@dataclass
+class Outcome:
+    events: list[Event]
+    result: AgentResult
+    state: SessionState
+
+    @property
+    def stop(self) -> str:
+        return self.result.stop_reason
+
+    @property
+    def checkpoint(self) -> dict[str, Any] | None:
+        return self.result.checkpoint.to_dict() if self.result.checkpoint else None
+
+    def of(self, kind: type) -> list[Any]:
+        return [e for e in self.events if isinstance(e, kind)]
+
+
+_counter = iter(range(10**9))
+
+
+async def invoke(
+    agent: AgentDefinition,
+    state: SessionState,
+    input: Any,
+    *,
+    cancel: CancelSignal | None = None,
+    command_id: str | None = None,
+    checkpointing: bool | None = None,
+    limits: Limits | None = None,
+    invocation_state: dict[str, Any] | None = None,
+) -> Outcome:
+    invocation = Invocation(
+        command_id or f"cmd-{next(_counter)}",
+        input,
+        checkpointing=checkpointing,
+        limits=limits,
+        invocation_state=invocation_state,
+    )
+    events = [e async for e in run_invocation(agent, state, invocation, cancel=cancel)]
+    last = events[-1]
+    assert isinstance(last, Stopped)
+    assert sum(isinstance(e, Stopped) for e in events) == 1
+    return Outcome(events, last.result, last.state)
+
+
+def resume(outcome_or_checkpoint: Outcome | dict[str, Any]) -> dict[str, Any]:
+    checkpoint = (
+        outcome_or_checkpoint.checkpoint
+        if isinstance(outcome_or_checkpoint, Outcome)
+        else outcome_or_checkpoint
+    )
+    assert checkpoint is not None
+    return {"checkpointResume": {"checkpoint": checkpoint}}
+
+
+def answers(*pairs: tuple[str, Any]) -> list[dict[str, Any]]:
+    return [{"interruptResponse": {"interruptId": i, "response": r}} for i, r in pairs]
+
+
+def roundtrip(state: SessionState) -> SessionState:
+    return decode_state(encode_state(state))
+
+
+def texts(message: dict[str, Any]) -> list[str]:
+    return [b["text"] for b in message["content"] if "text" in b]
+
+
+def results_of(message: dict[str, Any]) -> list[dict[str, Any]]:
+    return [b["toolResult"] for b in message["content"] if "toolResult" in b]
+
+
+def check_history(state: SessionState) -> None:
+    """Roles alternate; each toolUse has exactly one toolResult, in the next message, in order.
+
+    The assistant message of a pending batch (last in history) is allowed to lack results.
+    """
+    messages = state.messages
+    for before, after in zip(messages, messages[1:], strict=False):
+        assert before["role"] != after["role"], f"two {before['role']} messages in a row"
+    seen_results: set[str] = set()
+    for index, message in enumerate(messages):
+        uses = [b["toolUse"]["toolUseId"] for b in message["content"] if "toolUse" in b]
+        results = [r["toolUseId"] for r in results_of(message)]
+        assert not (uses and message["role"] != "assistant"), "toolUse outside an assistant message"
+        assert not (results and message["role"] != "user"), "toolResult outside a user message"
+        assert not set(results) & seen_results, "a toolUse got two results"
+        seen_results.update(results)
+        if not uses:
+            continue
+        if index == len(messages) - 1:
+            assert state.pending is not None, "trailing toolUse without a pending batch"
+            assert state.pending.assistant_message == message
+            continue
+        following = [r["toolUseId"] for r in results_of(messages[index + 1])]
+        assert following == uses, f"results {following} do not match toolUses {uses}"
+    if state.pending is not None:
+        assert messages and messages[-1] == state.pending.assistant_message

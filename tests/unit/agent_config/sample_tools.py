@@ -1,0 +1,38 @@
+"""Tools the agents-file tests import by path."""
+
+from __future__ import annotations
+
+from service.agent.hooks import HookProvider, HookRegistry
+from service.agent.tools import tool
+
+
+@tool
+def lookup_order(order_id: str) -> str:
+    """Look an order up by its id."""
+    return f"order {order_id}: shipped"
+
+
+def refund(order_id: str, amount: float) -> str:
+    """Refund part of an order."""
+    return f"refunded {amount} on {order_id}"
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+@tool
+def multiply(a: int, b: int) -> int:
+    """Multiply two numbers."""
+    return a * b
+
+
+MATH = [add, multiply]
+NOT_A_TOOL = 42
+
+
+class Audit(HookProvider):
+    def register_hooks(self, registry: HookRegistry) -> None:
+        return None
