@@ -22,6 +22,8 @@ help:
 	@echo "make lint          ruff check, ruff format --check, mypy (strict)"
 	@echo "make test          unit tests first, then contract/integration/fault tests (real Kafka)"
 	@echo "make test-unit     only the fast tests that need no broker"
+	@echo "make run          start the broker, create the topics, serve the demo agent"
+	@echo "make contracts     regenerate contracts/ from service/wire (contracts-check: drift only)"
 	@echo "make kafka-up      start the local Kafka broker on 127.0.0.1:9092 (data in .kafka/)"
 	@echo "make kafka-down    stop it;  make kafka-status: is it serving?"
 	@echo "make bench-engine  engine alone vs the reference SDK (ENGINE_BENCH_ARGS=--check ...)"
@@ -52,6 +54,17 @@ lint: $(INSTALLED)
 
 # ---- contracts --------------------------------------------------------------------------------
 
+# contracts/ is generated from service/wire/ and committed; tests/contract fails when it drifts.
+.PHONY: contracts contracts-check bench-wire
+contracts: $(INSTALLED)
+	$(BIN)/python -m service.wire.export --out contracts
+
+contracts-check: $(INSTALLED)
+	$(BIN)/python -m service.wire.export --out contracts --check
+
+bench-wire: $(INSTALLED)
+	$(BIN)/python -m bench.wire_codec
+
 # ---- tests ------------------------------------------------------------------------------------
 
 # Unit tests run first and alone: a failure there stops before any broker starts.
@@ -80,6 +93,11 @@ kafka-status: $(INSTALLED)
 	$(KAFKA_LOCAL) status $(KAFKA_ARGS)
 
 # ---- run --------------------------------------------------------------------------------------
+
+# The broker stays up after Ctrl-C (make kafka-down stops it); KAFKA_ARGS passes through.
+.PHONY: run
+run: $(INSTALLED)
+	@CAIRN_PYTHON=$(BIN)/python KAFKA_ARGS="$(KAFKA_ARGS)" deploy/run-local.sh
 
 # ---- bench ------------------------------------------------------------------------------------
 

@@ -1,12 +1,12 @@
 """Times our engine on the benchmark scenario, the way the runtime drives it.
 
 Every invocation starts from the session state as bytes (decoded), runs to its ``Stopped`` event,
-and encodes the new state back to bytes: nothing but those bytes survives between invocations.
+and encodes the new state back to bytes: of the session, only those bytes survive between
+invocations (the agent definition is shared, as in a deployment).
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from bench import scenario
@@ -51,37 +51,35 @@ def scenario_replies() -> list[ReplySpec]:
     return replies
 
 
-async def run_turn(definition: AgentDefinition, session_id: str) -> float:
-    """One turn of five invocations from bytes to bytes; returns the elapsed seconds."""
-    started = time.perf_counter()
-    blob = encode_state(SessionState(session_id=session_id, agent=definition.name))
-    checkpoint: dict[str, Any] | None = None
-    for step in range(scenario.INVOCATIONS_PER_TURN):
-        state = decode_state(blob)
-        prompt: Any = scenario.PROMPT if step == 0 else scenario.resume_input(checkpoint or {})
-        stopped: Stopped | None = None
-        async for event in run_invocation(
-            definition, state, Invocation(command_id=f"{session_id}:{step}", input=prompt)
-        ):
-            if isinstance(event, Stopped):
-                stopped = event
-        assert stopped is not None, "the engine must end every invocation with Stopped"
-        result = stopped.result
-        checkpoint = result.checkpoint.to_dict() if result.checkpoint is not None else None
-        scenario.check_stop(step, result.stop_reason, checkpoint)
-        blob = encode_state(stopped.state)
-    return time.perf_counter() - started
+async def run_turn(definition: AgentDefinition, session_id: str, timing: scenario.Timing) -> None:
+    """One turn of five invocations from bytes to bytes, all of it timed."""
+    with timing.section(scenario.INVOCATIONS_PER_TURN):
+        blob = encode_state(SessionState(session_id=session_id, agent=definition.name))
+        checkpoint: dict[str, Any] | None = None
+        for step in range(scenario.INVOCATIONS_PER_TURN):
+            state = decode_state(blob)
+            prompt: Any = scenario.PROMPT if step == 0 else scenario.resume_input(checkpoint or {})
+            invocation = Invocation(command_id=f"{session_id}:{step}", input=prompt)
+            stopped: Stopped | None = None
+            async for event in run_invocation(definition, state, invocation):
+                if isinstance(event, Stopped):
+                    stopped = event
+            assert stopped is not None, "the engine must end every invocation with Stopped"
+            result = stopped.result
+            checkpoint = result.checkpoint.to_dict() if result.checkpoint is not None else None
+            scenario.check_stop(step, result.stop_reason, checkpoint)
+            blob = encode_state(stopped.state)
 
 
-async def measure(turns: int, warmup_turns: int) -> float:
+async def measure(turns: int, warmup_turns: int) -> dict[str, float]:
     """Invocations per second over ``turns`` fresh sessions, after ``warmup_turns`` untimed."""
     definition = make_definition()
     for turn in range(warmup_turns):
-        await run_turn(definition, f"warmup-{turn}")
-    elapsed = 0.0
+        await run_turn(definition, f"warmup-{turn}", scenario.Timing())
+    timing = scenario.Timing()
     for turn in range(turns):
-        elapsed += await run_turn(definition, f"session-{turn}")
-    return turns * scenario.INVOCATIONS_PER_TURN / elapsed
+        await run_turn(definition, f"session-{turn}", timing)
+    return timing.rates()
 
 
 def profile(turns: int, limit: int = 35) -> str:
@@ -92,12 +90,12 @@ def profile(turns: int, limit: int = 35) -> str:
     import pstats
 
     definition = make_definition()
-    asyncio.run(run_turn(definition, "warmup"))
+    asyncio.run(run_turn(definition, "warmup", scenario.Timing()))
     profiler = cProfile.Profile()
 
     async def turns_() -> None:
         for turn in range(turns):
-            await run_turn(definition, f"profiled-{turn}")
+            await run_turn(definition, f"profiled-{turn}", scenario.Timing())
 
     profiler.enable()
     asyncio.run(turns_())

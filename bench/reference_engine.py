@@ -13,7 +13,6 @@ import json
 import logging
 import sys
 import tempfile
-import time
 import uuid
 from importlib.metadata import version
 from typing import Any
@@ -51,42 +50,40 @@ def checked(step: int, result: Any) -> dict[str, Any] | None:
     return checkpoint
 
 
-async def turn_in_memory() -> float:
+async def turn_in_memory(timing: scenario.Timing) -> None:
     """One turn with the Agent kept in memory; building the Agent is not timed."""
     agent = make_agent()
-    started = time.perf_counter()
-    checkpoint = checked(0, await agent.invoke_async(scenario.PROMPT))
-    for step in range(1, scenario.INVOCATIONS_PER_TURN):
-        assert checkpoint is not None
-        checkpoint = checked(step, await agent.invoke_async(scenario.resume_input(checkpoint)))
-    return time.perf_counter() - started
+    with timing.section(scenario.INVOCATIONS_PER_TURN):
+        checkpoint = checked(0, await agent.invoke_async(scenario.PROMPT))
+        for step in range(1, scenario.INVOCATIONS_PER_TURN):
+            assert checkpoint is not None
+            checkpoint = checked(step, await agent.invoke_async(scenario.resume_input(checkpoint)))
 
 
-async def turn_restoring(storage_dir: str) -> float:
+async def turn_restoring(storage_dir: str, timing: scenario.Timing) -> None:
     """One turn where every invocation restores a fresh Agent from the session files (timed)."""
     session_id = uuid.uuid4().hex
-    started = time.perf_counter()
-    checkpoint: dict[str, Any] | None = None
-    for step in range(scenario.INVOCATIONS_PER_TURN):
-        manager = FileSessionManager(session_id=session_id, storage_dir=storage_dir)
-        agent = make_agent(manager)
-        prompt: Any = scenario.PROMPT if step == 0 else scenario.resume_input(checkpoint or {})
-        checkpoint = checked(step, await agent.invoke_async(prompt))
-    return time.perf_counter() - started
+    with timing.section(scenario.INVOCATIONS_PER_TURN):
+        checkpoint: dict[str, Any] | None = None
+        for step in range(scenario.INVOCATIONS_PER_TURN):
+            manager = FileSessionManager(session_id=session_id, storage_dir=storage_dir)
+            agent = make_agent(manager)
+            prompt: Any = scenario.PROMPT if step == 0 else scenario.resume_input(checkpoint or {})
+            checkpoint = checked(step, await agent.invoke_async(prompt))
 
 
-async def measure(mode: str, turns: int, storage_dir: str) -> float:
-    elapsed = 0.0
+async def measure(mode: str, turns: int, storage_dir: str) -> dict[str, float]:
+    timing = scenario.Timing()
     for _ in range(turns):
         if mode == "memory":
-            elapsed += await turn_in_memory()
+            await turn_in_memory(timing)
         else:
-            elapsed += await turn_restoring(storage_dir)
-    return turns * scenario.INVOCATIONS_PER_TURN / elapsed
+            await turn_restoring(storage_dir, timing)
+    return timing.rates()
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    results: dict[str, list[float]] = {mode: [] for mode in args.modes}
+    results: dict[str, list[dict[str, float]]] = {mode: [] for mode in args.modes}
     with tempfile.TemporaryDirectory(prefix="bench-ref-sessions-") as storage_dir:
         for mode in args.modes:
             await measure(mode, args.warmup_turns, storage_dir)

@@ -6,6 +6,10 @@ invocations, and each one must stop where ``EXPECTED_STOPS`` says.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 PROMPT = "What is the weather in Oslo and in Lima?"
@@ -63,3 +67,28 @@ def check_stop(step: int, stop_reason: str, checkpoint: dict[str, Any] | None) -
 
 def resume_input(checkpoint: dict[str, Any]) -> dict[str, Any]:
     return {"checkpointResume": {"checkpoint": checkpoint}}
+
+
+@dataclass
+class Timing:
+    """Wall-clock and CPU seconds spent in the timed sections.
+
+    CPU time (this process, all its threads) is reported beside wall-clock time because the
+    machine is shared: other processes stretch wall-clock time, hardly this process's CPU time.
+    """
+
+    wall: float = 0.0
+    cpu: float = 0.0
+    invocations: int = 0
+
+    @contextmanager
+    def section(self, invocations: int) -> Iterator[None]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        yield
+        self.cpu += time.process_time() - cpu
+        self.wall += time.perf_counter() - wall
+        self.invocations += invocations
+
+    def rates(self) -> dict[str, float]:
+        """Invocations per second of wall-clock time and of CPU time."""
+        return {"wall": self.invocations / self.wall, "cpu": self.invocations / self.cpu}

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import TypeAlias
 
+from service.agents_cli import register_agent_commands
 from service.client.arguments import register_client_commands
 from service.serve_cli import register_runtime_commands
 
@@ -43,6 +44,7 @@ COMMAND_GROUPS: tuple[Callable[[Subparsers], None], ...] = (
     register_version,
     register_client_commands,
     register_runtime_commands,
+    register_agent_commands,
 )
 
 

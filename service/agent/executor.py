@@ -105,29 +105,6 @@ async def _call(run: BatchRun, use: dict[str, Any], tool: Tool | None) -> Conten
     return block
 
 
-async def _sequential(run: BatchRun, todo: list[dict[str, Any]]) -> AsyncIterator[Event]:
-    tool_map = run.agent.tool_map
-    for use in todo:
-        if run.cancel.immediate:
-            return
-        tool_use_id = use["toolUseId"]
-        name = use.get("name", "")
-        tool = tool_map.get(name)
-        skipped = await _before_call(run, use, tool)
-        if skipped is _SKIP:
-            return
-        if skipped is not None:
-            run.results[tool_use_id] = skipped
-            continue
-        yield ToolStarted(tool_use_id, name)
-        block = await _call(run, use, tool)
-        if block is None:
-            yield ToolFinished(tool_use_id, name, "interrupted")
-            return
-        run.results[tool_use_id] = block
-        yield ToolFinished(tool_use_id, name, result_status(block))
-
-
 async def _concurrent(run: BatchRun, todo: list[dict[str, Any]]) -> AsyncIterator[Event]:
     queue: asyncio.Queue[Event | None] = asyncio.Queue()
     tool_map = run.agent.tool_map
@@ -184,14 +161,31 @@ async def run_batch(run: BatchRun) -> AsyncIterator[Event]:
             run.raised[""] = signal.interrupt
             return
     todo = [use for use in run.uses if use["toolUseId"] not in run.results]
-    if todo:
-        batch = (
-            _concurrent(run, todo)
-            if run.agent.executor == "concurrent" and len(todo) > 1
-            else _sequential(run, todo)
-        )
-        async for event in batch:
+    if run.agent.executor == "concurrent" and len(todo) > 1:
+        async for event in _concurrent(run, todo):
             yield event
+    else:
+        # Sequential, inline rather than a nested generator: this is the hot path.
+        tool_map = run.agent.tool_map
+        for use in todo:
+            if run.cancel.immediate:
+                break
+            tool_use_id = use["toolUseId"]
+            name = use.get("name", "")
+            tool = tool_map.get(name)
+            skipped = await _before_call(run, use, tool)
+            if skipped is _SKIP:
+                break
+            if skipped is not None:
+                run.results[tool_use_id] = skipped
+                continue
+            yield ToolStarted(tool_use_id, name)
+            block = await _call(run, use, tool)
+            if block is None:
+                yield ToolFinished(tool_use_id, name, "interrupted")
+                break
+            run.results[tool_use_id] = block
+            yield ToolFinished(tool_use_id, name, result_status(block))
     if hooks.has(AfterToolsEvent):
         ordered = [run.results[u["toolUseId"]] for u in run.uses if u["toolUseId"] in run.results]
         await hooks.fire(

@@ -46,10 +46,10 @@ class InvocationMetrics:
         return {
             "cycles": self.cycles,
             "usage": self.usage.to_dict(),
-            "model_ms": round(self.model_ms, 3),
-            "duration_ms": round((time.perf_counter() - self._started) * 1000.0, 3),
+            "model_ms": self.model_ms,
+            "duration_ms": (time.perf_counter() - self._started) * 1000.0,
             "tools": {
-                name: {"calls": s.calls, "errors": s.errors, "time_ms": round(s.time_ms, 3)}
+                name: {"calls": s.calls, "errors": s.errors, "time_ms": s.time_ms}
                 for name, s in self.tools.items()
             },
         }
@@ -79,7 +79,7 @@ def add_to_turn(turn: dict[str, Any], invocation: dict[str, Any]) -> dict[str, A
         else:
             total["calls"] += stats["calls"]
             total["errors"] += stats["errors"]
-            total["time_ms"] = round(total["time_ms"] + stats["time_ms"], 3)
+            total["time_ms"] += stats["time_ms"]
     return {
         "invocations": base["invocations"] + 1,
         "cycles": base["cycles"] + invocation["cycles"],
@@ -88,8 +88,8 @@ def add_to_turn(turn: dict[str, Any], invocation: dict[str, Any]) -> dict[str, A
             "outputTokens": usage["outputTokens"] + inv_usage["outputTokens"],
             "totalTokens": usage["totalTokens"] + inv_usage["totalTokens"],
         },
-        "model_ms": round(base["model_ms"] + invocation["model_ms"], 3),
-        "duration_ms": round(base["duration_ms"] + invocation["duration_ms"], 3),
+        "model_ms": base["model_ms"] + invocation["model_ms"],
+        "duration_ms": base["duration_ms"] + invocation["duration_ms"],
         "tools": tools,
     }
 

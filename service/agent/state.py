@@ -20,6 +20,8 @@ APPLIED_COMMANDS_KEPT = 256
 
 def clone_json(value: Any) -> Any:
     """Copy nested dicts and lists; leaves (str, numbers, None) are immutable and shared."""
+    if not value:
+        return {} if isinstance(value, dict) else [] if isinstance(value, list) else value
     if isinstance(value, dict):
         return {k: clone_json(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -126,8 +128,8 @@ class SessionState:
     def snapshot(self) -> SessionState:
         """A copy that shares only what the engine never mutates in place (messages, blocks).
 
-        Much cheaper than :meth:`copy`; JSON containers the engine or tools do change
-        (agent state, metrics, pending batch) are copied.
+        Much cheaper than :meth:`copy`; what the engine or tools do change in place (agent
+        state, pending batch) is copied; turn metrics are only ever replaced, never changed.
         """
         return SessionState(
             session_id=self.session_id,
@@ -138,7 +140,7 @@ class SessionState:
             cycle_index=self.cycle_index,
             pending=self.pending.copy() if self.pending is not None else None,
             inflight=self.inflight,
-            turn_metrics=clone_json(self.turn_metrics),
+            turn_metrics=self.turn_metrics,
             turn_started_at=self.turn_started_at,
             applied_commands=list(self.applied_commands),
             schema_version=self.schema_version,

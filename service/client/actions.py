@@ -239,11 +239,9 @@ def write_seen(seen: Seen, write: Write, *, prefix_session: bool) -> None:
         for line in render.result_lines(seen.body):
             write(prefix + line)
         return
-    write(
-        prefix
-        + render.event_line(seen.body).lstrip()
-        + f"  (command {seen.body.get('command_id')})"
-    )
+    event = render.event_line(seen.body)
+    if event is not None:
+        write(f"{prefix}{event.lstrip()}  (command {seen.body.get('command_id')})")
 
 
 async def session_state(settings: Settings, session_id: str) -> dict[str, Any] | None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
+import os
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -149,6 +151,9 @@ def run_client_command(args: argparse.Namespace, settings: Settings | None = Non
     action: Action = args.client_action
     if settings is None:
         settings = Settings()
+    # Connection failures become one clear message below; the client library's own log of them
+    # would only repeat it with a traceback.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     if getattr(args, "bootstrap_servers", None):
         kafka = settings.kafka.model_copy(update={"bootstrap_servers": args.bootstrap_servers})
         settings = settings.model_copy(update={"kafka": kafka})
@@ -159,3 +164,7 @@ def run_client_command(args: argparse.Namespace, settings: Settings | None = Non
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (``cairn watch | head``): stop quietly, as Unix tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from service.agent.cancel import CancelSignal
 
@@ -50,7 +50,7 @@ async def until_cancelled(
                     await asyncio.wait((step,))
             if item is _END:
                 return
-            yield item  # type: ignore[misc]
+            yield cast(T, item)
     finally:
         if waiter is not None:
             waiter.cancel()

@@ -2,14 +2,15 @@
 
 Guarantees: a command already applied to the session is answered never again; every other
 command ends in exactly one result (an ``error`` result when it is rejected, fails, or its state
-would exceed the size limit); every boundary the engine passes is submitted for commit with its
-in-flight marker, so a crash continues from there. Nothing here opens a transaction.
+would exceed the size limit); every boundary the engine passes is committed, with its in-flight
+marker, before the invocation goes past it, so a crash continues from there. Nothing here opens
+a transaction.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -72,12 +73,14 @@ class Invoker:
         agents: Mapping[str, AgentDefinition],
         store: SessionStore,
         submit: Callable[[Outcome], None],
+        durable: Callable[[], Awaitable[None]],
         topics: TopicSettings,
         state_max_bytes: int,
     ) -> None:
         self._agents = agents
         self._store = store
         self._submit = submit
+        self._durable = durable
         self._topics = topics
         self._state_max_bytes = state_max_bytes
 
@@ -158,6 +161,9 @@ class Invoker:
                     }
                     seq = self._event(run, command, seq, "checkpoint_reached", data)
                     self._commit_state(run, event.state, seq, finished=None, result=None)
+                    # Nothing past a boundary (a tool's side effect above all) may happen before
+                    # the boundary is committed, or a crash would replay a different future.
+                    await self._durable()
                 elif isinstance(event, Stopped):
                     state = event.state
                     state.mark_applied(command.command_id)

@@ -181,6 +181,7 @@ class PartitionOwner:
             agents=self._ctx.agents,
             store=store,
             submit=committer.submit,
+            durable=committer.flush,
             topics=self._topics,
             state_max_bytes=settings.runtime.state_record_max_bytes,
         )

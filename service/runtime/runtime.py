@@ -109,11 +109,12 @@ class Runtime:
             )
             async with asyncio.TaskGroup() as tasks:
                 self._tasks = tasks
-                tasks.create_task(loop.run())
+                fetching = tasks.create_task(loop.run())
                 await stop.wait()
                 logger.info("owners=<%d> | stopping: draining partitions", len(self._owners))
                 self._stopping = True
                 loop.stop()
+                await fetching
                 await self._stop_owners(set(self._owners))
         finally:
             self._tasks = None
@@ -123,6 +124,8 @@ class Runtime:
     async def _assign(self, partitions: set[int]) -> None:
         self._joined = True
         self._assigned = set(partitions)
+        if self._stopping:
+            return
         logger.info("partitions=<%s> | partitions assigned", sorted(partitions))
         for partition in sorted(partitions):
             if partition not in self._owners:

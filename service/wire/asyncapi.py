@@ -166,7 +166,9 @@ def _message(name: str, examples: dict[str, Any]) -> dict[str, Any]:
         message["headers"] = _TRACE_HEADERS
     if name not in ("session_state", "dlq_record"):
         message["correlationId"] = {"$ref": "#/components/correlationIds/command_id"}
-    if name in examples:
+    if name == "dlq_record" and "dlq_headers" in examples:
+        message["examples"] = [{"name": "not-json", "headers": examples["dlq_headers"]}]
+    elif name in examples:
         message["examples"] = [{"name": name.split(".")[-1], "payload": examples[name]}]
     return message
 

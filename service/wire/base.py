@@ -32,6 +32,13 @@ def require_envelope(schema: dict[str, Any]) -> None:
             required.insert(0, name)
 
 
+def mark_envelope_set(model: BaseModel) -> None:
+    """Count ``type`` and ``schema_version`` as set: they are written even when left implicit."""
+    model.__pydantic_fields_set__.update(
+        name for name in ("type", "schema_version") if name in type(model).model_fields
+    )
+
+
 class InboundModel(BaseModel):
     """A message Cairn receives: strict types, unknown fields refused."""
 
@@ -42,6 +49,9 @@ class InboundModel(BaseModel):
         use_attribute_docstrings=True,
         json_schema_extra=require_envelope,
     )
+
+    def model_post_init(self, context: Any, /) -> None:
+        mark_envelope_set(self)
 
 
 class OutboundModel(BaseModel):
@@ -54,6 +64,9 @@ class OutboundModel(BaseModel):
         use_attribute_docstrings=True,
         json_schema_extra=require_envelope,
     )
+
+    def model_post_init(self, context: Any, /) -> None:
+        mark_envelope_set(self)
 
 
 class PartModel(BaseModel):

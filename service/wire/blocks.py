@@ -105,16 +105,24 @@ def check_block(block: dict[str, Any]) -> dict[str, Any]:
 ContentBlock = Annotated[
     dict[str, Any], AfterValidator(check_block), WithJsonSchema(CONTENT_BLOCK_SCHEMA)
 ]
+"""A block given as input: checked field by field (precise errors for clients)."""
+
+WrittenBlock = Annotated[
+    dict[str, Any], Field(min_length=1, max_length=1), WithJsonSchema(CONTENT_BLOCK_SCHEMA)
+]
+"""A block the engine wrote: only its one-key form is re-checked on the hot path; the contract
+tests prove the engine's blocks satisfy the full published schema."""
 
 
 class Message(PartModel):
-    """``{"role": "user"|"assistant", "content": [block, ...]}``."""
+    """A conversation message: `{"role": "user"|"assistant", "content": [block, ...]}`."""
 
     role: Literal["user", "assistant"]
-    content: list[ContentBlock]
+    content: list[WrittenBlock]
 
 
-class PromptMessage(Message):
-    """A message given as input: same shape, but its content must not be empty."""
+class PromptMessage(PartModel):
+    """A message given as input: as Message, with every block checked and content non-empty."""
 
+    role: Literal["user", "assistant"]
     content: Annotated[list[ContentBlock], Field(min_length=1)]

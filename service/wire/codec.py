@@ -13,7 +13,6 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from service.wire.base import InboundModel
 from service.wire.commands import CancelCommand, Command, InvokeCommand, ResumeCommand
 from service.wire.errors import ErrorCode, WireError, WireIssue
 from service.wire.events import EVENT_TYPES, ProgressEvent
@@ -204,11 +203,26 @@ def decode_event(value: bytes) -> ProgressEvent:
     return _validate(model, raw)
 
 
+def _plain(model: Any) -> dict[str, Any]:
+    # orjson calls this for each model it meets; plain dicts and lists inside are written by
+    # orjson itself, which is what keeps a 20 KB result cheap to encode.
+    if not isinstance(model, BaseModel):
+        raise TypeError(f"{type(model).__name__} is not JSON")
+    present = model.model_fields_set
+    data = {name: getattr(model, name) for name in type(model).model_fields if name in present}
+    if model.model_extra:
+        data.update(model.model_extra)
+    return data
+
+
 def encode(message: BaseModel) -> bytes:
-    """Any wire model as compact UTF-8 JSON; a command keeps only the fields that were set."""
-    data = message.model_dump(exclude_unset=isinstance(message, InboundModel))
+    """Any wire model as compact UTF-8 JSON: the fields it was given, in declaration order.
+
+    Equal to ``model_dump(exclude_unset=True)`` (``type`` and ``schema_version`` always count
+    as given), so a decoded message re-encodes unchanged.
+    """
     try:
-        return orjson.dumps(data)
+        return orjson.dumps(message, default=_plain)
     except orjson.JSONEncodeError as exc:
         raise WireError(f"{type(message).__name__} holds a value that is not JSON: {exc}") from None
 

@@ -18,7 +18,7 @@ from service.wire.base import (
     PartModel,
     WireVersion,
 )
-from service.wire.blocks import ContentBlock, Message, PromptMessage
+from service.wire.blocks import ContentBlock, PromptMessage
 from service.wire.pauses import (
     ANSWERS_TAG,
     CHECKPOINT_TAG,
@@ -45,7 +45,7 @@ class Limits(PartModel):
 
 
 def _has_role(item: Any) -> bool:
-    return isinstance(item, Message) or "role" in item
+    return isinstance(item, PromptMessage) or "role" in item
 
 
 def _prompt_tag(value: Any) -> str | None:
@@ -57,7 +57,7 @@ def _prompt_tag(value: Any) -> str | None:
         return None
     if is_answers_shape(value):
         return ANSWERS_TAG
-    if any(isinstance(item, Message | dict) and _has_role(item) for item in value):
+    if any(isinstance(item, PromptMessage | dict) and _has_role(item) for item in value):
         return MESSAGES_TAG
     return BLOCKS_TAG
 
@@ -85,11 +85,6 @@ class _Command(InboundModel):
     """Unique per command; the idempotency key (a repeated id is answered once)."""
     session_id: Id
     """Also the record key: every command of a session lands on the same partition."""
-
-    def model_post_init(self, context: Any, /) -> None:
-        # ``type`` and ``schema_version`` are written even when a caller left them implicit,
-        # while other unset optionals stay absent so a decoded command re-encodes unchanged.
-        self.__pydantic_fields_set__.update(("type", "schema_version"))
 
 
 class _Invocation(_Command):

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field
 
 from service.wire.base import Id, JsonObject, OutboundModel, PartModel
-from service.wire.blocks import ContentBlock, Message
+from service.wire.blocks import Message, WrittenBlock
 from service.wire.pauses import Checkpoint, Interrupt
 
 SessionVersion = Literal[1]
@@ -22,7 +22,7 @@ class PendingBatch(PartModel):
     """A tool batch without its results message yet; ``interrupts`` non-empty while waiting."""
 
     assistant_message: Message
-    results: dict[str, ContentBlock]
+    results: dict[str, WrittenBlock]
     """Completed toolResult blocks by toolUseId."""
     interrupts: list[Interrupt]
 

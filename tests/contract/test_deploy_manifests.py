@@ -223,3 +223,22 @@ def test_compose_runs_topic_creation_once_before_the_service() -> None:
     assert kafka_env["KAFKA_PROCESS_ROLES"] == "broker,controller"
     for key in ("OFFSETS_TOPIC_REPLICATION_FACTOR", "TRANSACTION_STATE_LOG_MIN_ISR"):
         assert kafka_env[f"KAFKA_{key}"] == "1"
+
+
+def test_commands_the_deployment_runs_are_real_cli_commands() -> None:
+    from service.cli import build_parser
+
+    parser = build_parser()
+    runs = [["serve"], _compose()["services"]["topics"]["command"], _container()["args"]]
+    for argv in runs:
+        args = parser.parse_args(argv)
+        assert callable(getattr(args, "handler", None)), argv
+
+
+def test_the_agent_registries_named_by_the_deployment_load() -> None:
+    from service.agent.registry import load_agent_registry
+
+    paths = {env["CAIRN_AGENTS"] for env in _all_cairn_env().values() if "CAIRN_AGENTS" in env}
+    assert paths
+    for path in paths:
+        assert load_agent_registry(path), path

@@ -1,4 +1,4 @@
-"""`cairn topics create` lays out the six topics; `cairn serve` refuses a layout it cannot run on."""
+"""`cairn topics create` lays out the six topics; `cairn serve` refuses layouts it cannot run."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from tests.support.runtime_harness import REPO, Cluster, create_topics_raw, unique
+from tests.support.runtime_harness import REPO, Cluster, create_topics_raw
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 

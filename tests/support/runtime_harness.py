@@ -337,19 +337,14 @@ class Client:
         for consumer in self._consumers:
             partitions = list(consumer.assignment())
             ends = await consumer.end_offsets(partitions)
-            positions: dict[TopicPartition, int] = {}
-
-            async def refresh(c: AIOKafkaConsumer = consumer) -> None:
-                for tp in partitions:
-                    positions[tp] = await c.position(tp)
-
             deadline = time.monotonic() + timeout
-            await refresh()
-            while any(positions[tp] < ends[tp] for tp in partitions):
+            while True:
+                positions = {tp: await consumer.position(tp) for tp in partitions}
+                if all(positions[tp] >= ends[tp] for tp in partitions):
+                    break
                 if time.monotonic() > deadline:
                     raise AssertionError(f"reader not caught up: {positions} < {ends}")
                 await asyncio.sleep(0.05)
-                await refresh()
 
     def results_for(self, command_id: str) -> list[dict[str, Any]]:
         return [r for r in self.results if r["command_id"] == command_id]

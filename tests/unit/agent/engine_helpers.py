@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -166,7 +167,7 @@ def check_history(state: SessionState) -> None:
     The assistant message of a pending batch (last in history) is allowed to lack results.
     """
     messages = state.messages
-    for before, after in zip(messages, messages[1:], strict=False):
+    for before, after in itertools.pairwise(messages):
         assert before["role"] != after["role"], f"two {before['role']} messages in a row"
     seen_results: set[str] = set()
     for index, message in enumerate(messages):
@@ -186,3 +187,14 @@ def check_history(state: SessionState) -> None:
         assert following == uses, f"results {following} do not match toolUses {uses}"
     if state.pending is not None:
         assert messages and messages[-1] == state.pending.assistant_message
+
+
+SCENARIOS = {
+    "two_cycles": lambda: make_agent(
+        [call("echo", "e1", text="a"), call("add", "a1", a=2, b=3), "done"]
+    ),
+    "approval": lambda: make_agent([call("approve", "ap", action="ship"), "shipped"]),
+    "approval_off": lambda: make_agent(
+        [call("approve", "ap", action="ship"), "shipped"], checkpointing=False
+    ),
+}

@@ -14,8 +14,8 @@ from engine_helpers import (
     invoke,
     make_agent,
     model_of,
-    resume,
     results_of,
+    resume,
     roundtrip,
 )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import time
 from typing import Any
 
@@ -365,3 +366,13 @@ def test_thinking_options_are_validated() -> None:
         AnthropicConfig(
             model_id="m", api_key=SecretStr("k"), thinking_budget_tokens=2048, temperature=0.5
         )
+
+
+async def test_key_never_reaches_the_logs(
+    server: WireServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    server.script(wire.error(500, "api_error", f"bad {KEY}"), wire.stream(wire.text_events("ok")))
+    await collect(provider(server), make_request())
+    assert "retrying model call" in caplog.text
+    assert KEY not in caplog.text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import time
 from typing import Any
 
@@ -370,3 +371,14 @@ async def test_server_without_key_gets_no_real_credentials(server: WireServer) -
     [seen] = server.requests
     assert seen.headers["authorization"] == "Bearer no-key"
     assert "tools" not in seen.body
+
+
+async def test_key_never_reaches_the_logs(
+    server: WireServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    echoed = wire.error(500, f"upstream rejected {KEY}", "server_error", None)
+    server.script(echoed, wire.stream(wire.text_events("ok")))
+    await collect(provider(server), make_request())
+    assert "retrying model call" in caplog.text
+    assert KEY not in caplog.text

@@ -1,0 +1,45 @@
+"""Cancel of a session outside any invocation: resolves a pending pause with a cancelled result.
+
+The result state keeps the history valid (every pending toolUse gets a result) and makes the
+pause it resolved stale.
+"""
+
+from __future__ import annotations
+
+from service.agent.cancel import DEFAULT_CANCEL_MESSAGE
+from service.agent.messages import append_message, results_message, tool_uses
+from service.agent.metrics import InvocationMetrics
+from service.agent.results import CANCELLED_TEXT
+from service.agent.state import SessionState
+from service.agent.types import AgentResult, Message
+
+
+def resolve_cancel(
+    state: SessionState, message: str | None = None, *, command_id: str | None = None
+) -> tuple[AgentResult, SessionState]:
+    """Cancel a session outside any invocation, resolving its pause if it has one.
+
+    Pending tools get ``Tool execution cancelled`` (completed results are kept), the cancel
+    message ends the turn, and the pending checkpoint or interrupt becomes stale. A session
+    with nothing paused is returned unchanged (with ``message`` None in the result).
+    """
+    ws = state.snapshot()
+    reply: Message | None = None
+    if ws.pending is not None or ws.checkpoint is not None or ws.inflight is not None:
+        if ws.pending is not None:
+            uses = tool_uses(ws.pending.assistant_message)
+            append_message(ws.messages, results_message(uses, ws.pending.results, CANCELLED_TEXT))
+        text = message or DEFAULT_CANCEL_MESSAGE
+        reply = append_message(ws.messages, {"role": "assistant", "content": [{"text": text}]})
+        ws.pending = None
+        ws.checkpoint = None
+        ws.inflight = None
+    if command_id:
+        ws.mark_applied(command_id)
+    result = AgentResult(
+        stop_reason="cancelled",
+        message=reply,
+        metrics={"invocation": InvocationMetrics().to_dict(), "turn": ws.turn_metrics},
+        state=ws.agent_state,
+    )
+    return result, ws

@@ -1,0 +1,174 @@
+"""The mutable context of one running invocation and the steps that edit its session state.
+
+Only the loop drives it; every history edit goes through :meth:`InvocationRun.add`, so the
+message-added hook sees each message once and roles never repeat.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from service.agent.cancel import CancelSignal
+from service.agent.definition import AgentDefinition
+from service.agent.events import Boundary, Stopped
+from service.agent.hooks import AfterInvocationEvent, MessageAddedEvent
+from service.agent.invocation import Invocation, Plan
+from service.agent.messages import append_message, results_message, tool_uses
+from service.agent.metrics import InvocationMetrics, add_to_turn, turn_cycles, turn_tokens
+from service.agent.results import ABANDONED_TEXT
+from service.agent.state import Inflight, SessionState
+from service.agent.types import (
+    AgentResult,
+    Checkpoint,
+    ErrorInfo,
+    Interrupt,
+    Limits,
+    Message,
+    StopReason,
+)
+
+logger = logging.getLogger(__name__)
+
+_PAUSES = ("checkpoint", "interrupt")
+
+
+class InvocationRun:
+    """Mutable context of one invocation; ``ws`` is the working copy of the session state."""
+
+    __slots__ = ("agent", "cancel", "hooks", "inv_state", "invocation", "metrics", "plan", "ws")
+
+    def __init__(
+        self,
+        agent: AgentDefinition,
+        ws: SessionState,
+        invocation: Invocation,
+        p: Plan,
+        cancel: CancelSignal,
+    ) -> None:
+        self.agent = agent
+        self.ws = ws
+        self.invocation = invocation
+        self.plan = p
+        self.cancel = cancel
+        self.hooks = agent.hook_registry
+        self.metrics = InvocationMetrics()
+        self.inv_state = (
+            invocation.invocation_state if invocation.invocation_state is not None else {}
+        )
+
+    async def add(self, message: Message) -> Message:
+        added = append_message(self.ws.messages, message)
+        if self.hooks.has(MessageAddedEvent):
+            await self.hooks.fire(MessageAddedEvent(self.agent, self.ws.session_id, added))
+        return added
+
+    async def apply_input(self) -> None:
+        p, ws = self.plan, self.ws
+        if p.kind == "prompt":
+            if ws.pending is not None:
+                uses = tool_uses(ws.pending.assistant_message)
+                await self.add(results_message(uses, ws.pending.results, ABANDONED_TEXT))
+            ws.pending = None
+            ws.checkpoint = None
+            ws.inflight = None
+            ws.cycle_index = 0
+            ws.turn_metrics = {}
+            ws.turn_started_at = time.time()
+            ws.turn_checkpointing = p.checkpointing
+            ws.turn_limits = p.limits.to_dict()
+            for message in p.prompt:
+                await self.add(message)
+        elif p.kind == "resume":
+            ws.checkpoint = None
+        elif p.kind == "answers" and ws.pending is not None:
+            for interrupt in ws.pending.interrupts:
+                if interrupt.id in p.answers:
+                    interrupt.response = p.answers[interrupt.id]
+
+    def tripped_limit(self, limits: Limits) -> tuple[StopReason, ErrorInfo | None] | None:
+        turn = self.ws.turn_metrics
+        if limits.max_cycles is not None and (
+            turn_cycles(turn) + self.metrics.cycles >= limits.max_cycles
+        ):
+            return "limit_turns", None
+        if limits.max_tokens is not None and (
+            turn_tokens(turn) + self.metrics.usage.total_tokens >= limits.max_tokens
+        ):
+            return "limit_total_tokens", None
+        if (
+            limits.deadline_s is not None
+            and self.ws.turn_started_at is not None
+            and time.time() - self.ws.turn_started_at >= limits.deadline_s
+        ):
+            return "error", ErrorInfo(
+                "limit_exceeded", f"turn deadline of {limits.deadline_s}s passed"
+            )
+        return None
+
+    def model_deadline(self, limits: Limits) -> float | None:
+        if limits.deadline_s is None or self.ws.turn_started_at is None:
+            return None
+        remaining = self.ws.turn_started_at + limits.deadline_s - time.time()
+        return time.monotonic() + remaining
+
+    async def cancel_message(self) -> Message:
+        return await self.add({"role": "assistant", "content": [{"text": self.cancel.message}]})
+
+    async def finish(
+        self,
+        stop_reason: StopReason,
+        message: Message | None,
+        *,
+        checkpoint: Checkpoint | None = None,
+        interrupts: list[Interrupt] | None = None,
+        error: ErrorInfo | None = None,
+        keep: Checkpoint | None = None,
+    ) -> Stopped:
+        """Close the invocation; ``keep`` is a pause that stays valid after a failure."""
+        ws = self.ws
+        if stop_reason not in _PAUSES:
+            ws.pending = None
+            ws.checkpoint = keep
+            checkpoint = keep
+        ws.inflight = None
+        invocation_metrics = self.metrics.to_dict()
+        ws.turn_metrics = add_to_turn(ws.turn_metrics, invocation_metrics)
+        ws.mark_applied(self.invocation.command_id)
+        result = AgentResult(
+            stop_reason=stop_reason,
+            message=message,
+            checkpoint=checkpoint,
+            interrupts=interrupts,
+            metrics={"invocation": invocation_metrics, "turn": ws.turn_metrics},
+            state=ws.agent_state,
+            error=error,
+        )
+        if self.hooks.has(AfterInvocationEvent):
+            await self.hooks.fire(AfterInvocationEvent(self.agent, ws.session_id, result))
+        logger.debug(
+            "session_id=<%s>, command_id=<%s>, stop_reason=<%s> | invocation stopped",
+            ws.session_id,
+            self.invocation.command_id,
+            stop_reason,
+        )
+        return Stopped(result, ws)
+
+    def retry_pause(self) -> Checkpoint | None:
+        """The after_tools pause this invocation resumed, if a model failure leaves it valid.
+
+        Under checkpointing the failed model call is the first thing such a resume does, so
+        the session is exactly at that pause again and the same resume may be retried.
+        """
+        p = self.plan
+        if (
+            p.kind == "resume"
+            and p.checkpoint is not None
+            and p.checkpoint.position == "after_tools"
+        ):
+            return p.checkpoint
+        return None
+
+    def boundary(self, position: str, cycle: int) -> Boundary:
+        self.ws.inflight = Inflight(self.invocation.command_id, position, cycle, False)
+        return Boundary(position, cycle, self.ws.snapshot())

@@ -1,0 +1,106 @@
+"""``cairn agents list``: shows what a deployment hosts, fails with one clear line otherwise."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from service.cli import main
+
+SECRET = "sk-ant-cli-SECRET-4242"
+AGENTS = """
+[[agents]]
+name = "local"
+model = "llama3.1"
+tools = ["sample_tools:add"]
+provider = { type = "openai_compat", base_url = "http://localhost:11434/v1" }
+
+[[agents]]
+name = "writer"
+model = "claude-sonnet-4-5"
+checkpointing = true
+provider = { type = "anthropic", api_key_env = "CLI_TEST_ANTHROPIC_KEY" }
+limits = { max_cycles = 10 }
+"""
+
+
+@pytest.fixture
+def agents_file(tmp_path: Path) -> Path:
+    path = tmp_path / "agents.toml"
+    path.write_text(AGENTS)
+    return path
+
+
+def test_lists_every_agent_as_a_table(
+    agents_file: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CLI_TEST_ANTHROPIC_KEY", SECRET)
+    assert main(["agents", "list", "--config", str(agents_file)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].split() == [
+        "NAME", "PROVIDER", "MODEL", "TOOLS", "EXECUTOR", "CHECKPOINTING", "LIMITS"
+    ]  # fmt: skip
+    assert lines[1].split() == [
+        "local",
+        "openai_compat",
+        "llama3.1",
+        "add",
+        "sequential",
+        "false",
+        "-",
+    ]
+    assert lines[2].split()[:2] == ["writer", "anthropic"]
+    assert "max_cycles=10" in lines[2]
+    assert SECRET not in out
+
+
+def test_json_output(
+    agents_file: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CLI_TEST_ANTHROPIC_KEY", SECRET)
+    assert main(["agents", "list", "--config", str(agents_file), "--json"]) == 0
+    out = capsys.readouterr().out
+    rows = json.loads(out)
+    assert [r["name"] for r in rows] == ["local", "writer"]
+    assert rows[1]["checkpointing"] is True
+    assert SECRET not in out
+
+
+def test_invalid_deployment_exits_1_with_the_reason(
+    agents_file: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("CLI_TEST_ANTHROPIC_KEY", raising=False)
+    assert main(["agents", "list", "--config", str(agents_file)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "agent 'writer'" in captured.err
+    assert "'CLI_TEST_ANTHROPIC_KEY' (provider.api_key_env) is not set" in captured.err
+
+
+def test_unknown_tool_import_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CLI_TEST_ANTHROPIC_KEY", SECRET)
+    path = tmp_path / "agents.yaml"
+    path.write_text(
+        "agents:\n"
+        "  - name: a\n"
+        "    model: m\n"
+        "    provider: {type: openai_compat}\n"
+        "    tools: ['sample_tools:nope']\n"
+    )
+    assert main(["agents", "list", "--config", str(path)]) == 1
+    assert "tool 'sample_tools:nope'" in capsys.readouterr().err
+
+
+def test_registry_import_path(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["agents", "list", "--config", "sample_registry:agents"]) == 0
+    assert "echo" in capsys.readouterr().out
+
+
+def test_agents_without_subcommand_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["agents"]) == 2
+    assert "list" in capsys.readouterr().err

@@ -1,0 +1,154 @@
+"""What the client builds from typed input, and how it shows what comes back (no broker needed)."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from aiokafka.partitioner import DefaultPartitioner
+
+from service.client import commands, render
+from service.client.kafka_io import partition_for
+from service.wire.commands import CancelCommand, InvokeCommand, ResumeCommand
+
+CHECKPOINT = {"position": "after_model", "cycle_index": 0, "schema_version": "1.0"}
+IID = "v1:tool_call:tooluse_3_0:225d3982-9eb3-5ce9-93ca-f09a444307f7"
+
+
+def test_commands_encode_only_what_was_given_and_validate_on_the_way_out() -> None:
+    body = orjson.loads(commands.encode(commands.invoke("s1", "demo", "hi", command_id="c1")))
+    assert body == {
+        "type": "invoke",
+        "schema_version": 1,
+        "command_id": "c1",
+        "session_id": "s1",
+        "agent": "demo",
+        "prompt": "hi",
+    }
+    assert InvokeCommand.model_validate(body).prompt == "hi"
+    cancel = orjson.loads(
+        commands.encode(commands.cancel("s1", target_command_id="c1", after_current_tools=True))
+    )
+    assert CancelCommand.model_validate(cancel).after_current_tools
+    assert cancel["command_id"].startswith("cli-")
+    resume = orjson.loads(commands.encode(commands.resume_from_checkpoint("s1", CHECKPOINT)))
+    assert ResumeCommand.model_validate(resume).engine_input() == {
+        "checkpointResume": {"checkpoint": CHECKPOINT}
+    }
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: commands.invoke("", "demo", "hi"),
+        lambda: commands.invoke("s", "demo", ""),
+        lambda: commands.resume_from_checkpoint("s", {"position": "nowhere"}),
+        lambda: commands.resume_with_answers("s", {}),
+    ],
+)
+def test_invalid_input_fails_before_anything_is_sent(build: object) -> None:
+    with pytest.raises(commands.CommandInputError, match="invalid"):
+        build()  # type: ignore[operator]
+
+
+def test_answers_by_id_or_bare_for_the_only_pending_interrupt() -> None:
+    assert commands.parse_answers([f"{IID}=true"], []) == {IID: True}
+    assert commands.parse_answers(['{"approved": false}'], [IID]) == {IID: {"approved": False}}
+    assert commands.parse_answers(["yes"], [IID]) == {IID: "yes"}
+    assert commands.parse_answers([f'{IID}={{"a": "x=y"}}'], [IID]) == {IID: {"a": "x=y"}}
+    assert commands.parse_answers(["a:b=null", "c:d=1"], []) == {"a:b": None, "c:d": 1}
+    with pytest.raises(commands.CommandInputError, match="names no interrupt id"):
+        commands.parse_answers(["true"], ["a:1", "a:2"])
+    answers = commands.resume_with_answers("s", {IID: None})
+    assert orjson.loads(commands.encode(answers))["resume"] == [
+        {"interruptResponse": {"interruptId": IID, "response": None}}
+    ]
+
+
+def test_partition_for_matches_the_kafka_default_partitioner() -> None:
+    partitions = list(range(12))
+    for key in ("s1", "session-42", "ü-ñ", "x" * 200):
+        assert partition_for(key, 12) == DefaultPartitioner()(key.encode(), partitions, partitions)
+
+
+def test_results_show_the_pause_and_what_to_do_next() -> None:
+    checkpoint = render.result_lines(
+        {
+            "session_id": "s1",
+            "command_id": "c1",
+            "stop_reason": "checkpoint",
+            "checkpoint": CHECKPOINT,
+            "message": {
+                "role": "assistant",
+                "content": [
+                    {"text": "Let me see."},
+                    {"toolUse": {"toolUseId": "t1", "name": "calculator", "input": {"e": "1+1"}}},
+                ],
+            },
+        }
+    )
+    assert checkpoint[0] == "result   session=s1 command=c1 stop_reason=checkpoint"
+    assert "  checkpoint: after_model (cycle 0)" in checkpoint
+    assert '  assistant: tool call calculator {"e":"1+1"}  [t1]' in checkpoint
+    assert checkpoint[-1] == "  next: cairn resume --session s1 --wait"
+
+    interrupt = render.result_lines(
+        {
+            "session_id": "s 2",
+            "command_id": "c2",
+            "stop_reason": "interrupt",
+            "interrupts": [{"id": IID, "name": "approval", "reason": {"action": "x"}}],
+        }
+    )
+    assert f"    id: {IID}" in interrupt
+    assert interrupt[-1] == "  next: cairn resume --session 's 2' --answer true --wait"
+
+    error = render.result_lines(
+        {
+            "session_id": "s",
+            "command_id": "c",
+            "stop_reason": "error",
+            "error": {"code": "unknown_agent", "message": "no agent 'x'"},
+        }
+    )
+    assert "  error: unknown_agent: no agent 'x'" in error
+
+
+def test_events_are_one_line_each_and_text_only_messages_are_skipped() -> None:
+    base = {"session_id": "s", "command_id": "c", "seq": 4}
+    assert render.event_line(base | {"type": "tool_started", "name": "w", "tool_use_id": "t"}) == (
+        "  · #4 tool started: w [t]"
+    )
+    line = render.event_line(
+        base
+        | {
+            "type": "checkpoint_reached",
+            "position": "after_tools",
+            "cycle_index": 1,
+            "paused": False,
+        }
+    )
+    assert line == "  · #4 checkpoint: after_tools (cycle 1, durable, running on)"
+    text_only = {"role": "assistant", "content": [{"text": "done"}]}
+    assert render.event_line(base | {"type": "model_message", "message": text_only}) is None
+    unknown = render.event_line(base | {"type": "future_kind", "x": 1})
+    assert unknown is not None
+    assert '"future_kind"' in unknown
+
+
+def test_state_shows_the_pause_point_and_pending_interrupts() -> None:
+    assert render.state_lines(None) == ["state: none (the session has no committed state)"]
+    lines = render.state_lines(
+        {
+            "session_id": "s",
+            "agent": "demo",
+            "messages": [{"role": "user", "content": [{"text": "hi"}]}],
+            "cycle_index": 1,
+            "checkpoint": None,
+            "pending": {"interrupts": [{"id": IID, "name": "approval", "reason": None}]},
+            "inflight": None,
+            "applied_commands": ["c1", "c2"],
+        }
+    )
+    assert "  paused at: interrupt (answer to continue)" in lines
+    assert f"    approval id={IID} reason=null" in lines
+    assert "  last applied commands: c1, c2" in lines
