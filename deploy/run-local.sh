@@ -27,7 +27,7 @@ export CAIRN_HEALTH_PORT=${CAIRN_HEALTH_PORT:-8080}
 bs=$CAIRN_KAFKA__BOOTSTRAP_SERVERS
 cat <<MSG
 
-Cairn is starting with the demo agent (Kafka at $bs, health on :$CAIRN_HEALTH_PORT).
+Cairn is starting with the demo agent (Kafka at $bs).
 In another terminal (source .venv/bin/activate; add --bootstrap-servers $bs if you changed the port):
 
   cairn invoke --session demo-1 --checkpointing --wait "What is 17 * 23, and the weather in Lisbon?"
