@@ -81,12 +81,19 @@ class RuntimeSettings(BaseModel):
     fetch_max_records: int = Field(default=500, gt=0)
 
 
-class FaultSettings(BaseModel):
-    """Test-only crash points: the process kills itself with SIGKILL at the named place."""
+FaultPoint = Literal["after_produce_before_commit", "after_commit"]
 
-    kill_at: Literal["after_produce_before_commit", "after_commit"] | None = None
+
+class FaultSettings(BaseModel):
+    """Test-only fault points: at the named place the process SIGKILLs itself (``kill_at``) or
+    the commit fails as if its outcome were unknown (``fail_at``)."""
+
+    kill_at: FaultPoint | None = None
     kill_after: int = Field(default=1, gt=0)
     """Kill on the n-th time the point is reached (counted per process)."""
+    fail_at: FaultPoint | None = None
+    fail_after: int = Field(default=1, gt=0)
+    """Fail the commit the n-th time the point is reached, once."""
 
 
 class Settings(BaseSettings):
@@ -101,6 +108,17 @@ class Settings(BaseSettings):
     group: GroupSettings = GroupSettings()
     runtime: RuntimeSettings = RuntimeSettings()
     faults: FaultSettings = FaultSettings()
+
+    @model_validator(mode="after")
+    def _grace_within_rebalance(self) -> Settings:
+        rebalance_ms = self.group.rebalance_timeout_ms or self.group.session_timeout_ms
+        if self.runtime.revoke_grace_s * 1000 >= rebalance_ms:
+            raise ValueError(
+                "runtime.revoke_grace_s must be shorter than the group's rebalance timeout "
+                f"({rebalance_ms} ms), or a draining member is dropped from the group"
+            )
+        return self
+
     agents: str = "service.demo:agents"
     """Import path ``package.module:attribute`` of the agent registry."""
     health_port: int | None = Field(default=8080, ge=0)

@@ -49,5 +49,10 @@ class CancelSignal:
     def message(self) -> str:
         return self._message or DEFAULT_CANCEL_MESSAGE
 
+    @property
+    def custom_message(self) -> str | None:
+        """The message the canceller gave, if any (it then ends the turn as assistant text)."""
+        return self._message
+
     async def wait(self) -> None:
         await self._event.wait()

@@ -24,7 +24,13 @@ from service.agent.hooks import (
 )
 from service.agent.interrupts import InterruptBook, InterruptSignal
 from service.agent.metrics import InvocationMetrics
-from service.agent.results import error_result, error_text, result_status, tool_result
+from service.agent.results import (
+    error_result,
+    error_text,
+    result_status,
+    tool_result,
+    unknown_tool_text,
+)
 from service.agent.tools import Tool, ToolContext
 from service.agent.types import ContentBlock, Interrupt, Message
 
@@ -73,7 +79,7 @@ async def _call(run: BatchRun, use: dict[str, Any], tool: Tool | None) -> Conten
     started = time.perf_counter()
     exception: Exception | None = None
     if tool is None:
-        block = error_result(tool_use_id, f"Error: unknown tool '{name}'")
+        block = error_result(tool_use_id, unknown_tool_text(name))
     else:
         context = ToolContext(
             run.session_id,

@@ -39,6 +39,7 @@ from service.agent.state import PendingBatch, SessionState
 from service.agent.types import (
     Checkpoint,
     ErrorInfo,
+    Message,
     StopReason,
 )
 
@@ -70,14 +71,22 @@ async def run_invocation(
         )
     await run.apply_input()
     step, cycle = p.start, p.cycle_index
+    # A deferred cancel stops before the next model call only once this invocation ran a batch.
+    last_batch: Message | None = None
 
     while True:
         if step == "model":
             tripped = run.tripped_limit(limits)
             if tripped is not None:
-                yield await run.finish(tripped[0], None, error=tripped[1])
+                # As in the reference, a limit result carries the last message of history.
+                last = ws.messages[-1] if tripped[1] is None and ws.messages else None
+                yield await run.finish(tripped[0], last, error=tripped[1])
                 return
-            if cancel_signal.is_set:
+            if cancel_signal.deferred and last_batch is not None:
+                # A deferred cancel set after this invocation's batch: stop before the model.
+                yield await run.finish("cancelled", await run.cancel_after_model(last_batch))
+                return
+            if cancel_signal.immediate:
                 yield await run.finish("cancelled", await run.cancel_message())
                 return
             request = ModelRequest(
@@ -98,11 +107,15 @@ async def run_invocation(
             stream = agent.model.stream(request)
             try:
                 async for chunk in stream:
-                    if cancel_signal.is_set:
+                    # Only an immediate cancel cuts the stream; a deferred one waits for tools.
+                    if cancel_signal.immediate:
                         cancelled = True
                         break
                     if isinstance(chunk, TextDelta):
                         yield ModelTextDelta(chunk.text)
+                    elif chunk.stop_reason == "cancelled":
+                        cancelled = True
+                        break
                     else:
                         reply = chunk
             except ModelError as exc:
@@ -174,14 +187,14 @@ async def run_invocation(
             ws.agent_state,
             metrics,
         )
-        if not cancel_signal.is_set:
+        if not cancel_signal.immediate:
             async for event in run_batch(batch):
                 yield event
         if cancel_signal.is_set:
             # Cancel beats interrupt and checkpoint: every toolUse gets a result now.
             await run.add(results_message(uses, pending.results, CANCELLED_TEXT))
             ws.pending = None
-            yield await run.finish("cancelled", await run.cancel_message())
+            yield await run.finish("cancelled", await run.cancel_after_model(message))
             return
         if batch.raised:
             raised = raised_in_order(batch)
@@ -199,5 +212,6 @@ async def run_invocation(
             yield await run.finish("checkpoint", message, checkpoint=ws.checkpoint)
             return
         yield run.boundary("after_tools", cycle)
+        last_batch = message
         cycle += 1
         step = "model"

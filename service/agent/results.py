@@ -1,43 +1,51 @@
 """Map what a tool returned or raised to a toolResult block, as the reference does.
 
-A string becomes one text block, another JSON value one json block, a dict with ``status`` and
-``content`` is taken as the result; exceptions become ``status: "error"`` results.
+A string becomes one text block, any other value one text block holding its JSON text (``str()``
+when it is not JSON), a dict with ``status`` and ``content`` is taken as the result as-is;
+exceptions become ``status: "error"`` results.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-import orjson
+from pydantic import BaseModel
+from pydantic_core import PydanticSerializationError
 
 from service.agent.types import ContentBlock
 
 CANCELLED_TEXT = "Tool execution cancelled"
 ABANDONED_TEXT = "Tool was interrupted."
+VALIDATION_PREFIX = "Validation failed for input parameters: "
+
+
+def unknown_tool_text(name: str) -> str:
+    return f"Unknown tool: {name}"
+
+
+def _as_text(value: Any) -> str:
+    """The reference's text form: JSON with non-ASCII kept, pydantic's JSON, else ``str()``."""
+    if isinstance(value, BaseModel):
+        try:
+            return value.model_dump_json()
+        except PydanticSerializationError:
+            return str(value)
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(value)
 
 
 def tool_result(tool_use_id: str, value: Any) -> ContentBlock:
-    if isinstance(value, str):
-        return {
-            "toolResult": {
-                "toolUseId": tool_use_id,
-                "status": "success",
-                "content": [{"text": value}],
-            }
-        }
     if isinstance(value, dict) and "status" in value and "content" in value:
         result = dict(value)
         result["toolUseId"] = tool_use_id
-        if result["status"] not in ("success", "error"):
-            result["status"] = "error"
         return {"toolResult": result}
-    try:
-        orjson.dumps(value)
-    except TypeError:
-        block: ContentBlock = {"text": str(value)}
-    else:
-        block = {"json": value}
-    return {"toolResult": {"toolUseId": tool_use_id, "status": "success", "content": [block]}}
+    text = value if isinstance(value, str) else _as_text(value)
+    return {
+        "toolResult": {"toolUseId": tool_use_id, "status": "success", "content": [{"text": text}]}
+    }
 
 
 def error_text(exc: BaseException) -> str:

@@ -113,7 +113,19 @@ class InvocationRun:
         return time.monotonic() + remaining
 
     async def cancel_message(self) -> Message:
+        """The text that replaces a cancelled model reply: the cancel's message or the default."""
         return await self.add({"role": "assistant", "content": [{"text": self.cancel.message}]})
+
+    async def cancel_after_model(self, last: Message) -> Message:
+        """The result message of a cancel observed after the model replied.
+
+        As in the reference: the cancel's own message is appended as assistant text; without
+        one nothing is appended and the result carries the model's last message.
+        """
+        text = self.cancel.custom_message
+        if text is None:
+            return last
+        return await self.add({"role": "assistant", "content": [{"text": text}]})
 
     async def finish(
         self,

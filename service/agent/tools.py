@@ -14,11 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, overload
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from service.agent.cancel import CancelSignal
 from service.agent.interrupts import InterruptBook, tool_call_id
 from service.agent.provider import ToolSpec
+from service.agent.results import VALIDATION_PREFIX
 from service.agent.toolspec import spec_for
 
 
@@ -103,7 +104,11 @@ class FunctionTool(Tool):
         return self.fn(*args, **kwargs)
 
     async def invoke(self, input: dict[str, Any], context: ToolContext) -> Any:
-        kwargs = dict(self._model.model_validate(input).__dict__)
+        try:
+            kwargs = dict(self._model.model_validate(input).__dict__)
+        except ValidationError as exc:
+            # The reference's wording, so the model sees the same error text.
+            raise ValueError(f"{VALIDATION_PREFIX}{exc}") from exc
         if self.context_param:
             kwargs[self.context_param] = context
         if self.is_async:

@@ -63,8 +63,9 @@ async def _send_and_follow(
             async with asyncio.timeout(options.timeout_s):
                 return await _follow(follower, command.command_id, answers_command, write)
         except TimeoutError:
+            awaited = f"command {answers_command}" if answers_command else "the session"
             raise ClientError(
-                f"no result for command {command.command_id} within {options.timeout_s:g}s "
+                f"no result for {awaited} within {options.timeout_s:g}s "
                 "(is `cairn serve` running? `cairn watch` shows what arrives)"
             ) from None
 

@@ -1,6 +1,6 @@
 """What the demo agent's scripted model says, decided from the conversation alone.
 
-A prompt mentioning a slow job (``"slow"``, ``"job"``, ``"long"``) runs the cancellable job;
+A prompt mentioning a slow job (``"slow"`` or ``"job"``) runs the cancellable job;
 any other prompt runs the tour: a calculation and a forecast (one tool batch), an approval
 (an interrupt), then an answer built from the tool results in the conversation. Being a
 function of the conversation only, one model serves every session and a replay says the same.
@@ -12,6 +12,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
+
 from service.agent.provider import ModelRequest
 from service.agent.types import Message
 from service.providers.scripted import ReplySpec, ScriptedReply, ToolCall
@@ -19,7 +21,7 @@ from service.providers.scripted import ReplySpec, ScriptedReply, ToolCall
 _EXPRESSION = re.compile(r"[-+(]*\d[\d.\s()+\-*/%]*[+\-*/%][\d.\s()+\-*/%]*\d\)*")
 _CITY = re.compile(r"\b(?:in|for|at)\s+([A-Z][a-zA-Z\-]+(?:\s[A-Z][a-zA-Z\-]+)?)")
 _SECONDS = re.compile(r"(\d+(?:\.\d+)?)\s*(?:s\b|sec|second)")
-_SLOW_WORDS = ("slow", "job", "long")
+_SLOW_WORDS = ("slow", "job")
 DEFAULT_EXPRESSION = "17 * 23"
 DEFAULT_CITY = "Lisbon"
 DEFAULT_JOB_SECONDS = 30.0
@@ -53,8 +55,18 @@ def _tool_outputs(messages: Sequence[Message]) -> dict[str, Any]:
                     if "json" in part:
                         outputs[name] = part["json"]
                     elif "text" in part:
-                        outputs[name] = str(part["text"])
+                        outputs[name] = _maybe_json(str(part["text"]))
     return outputs
+
+
+def _maybe_json(text: str) -> Any:
+    """A JSON object written as text (how some providers carry tool values), else the text."""
+    if not text.startswith("{"):
+        return text
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
 
 
 def _forecast(value: Any) -> str:
@@ -64,10 +76,7 @@ def _forecast(value: Any) -> str:
 
 
 def _approved(value: Any) -> bool:
-    if isinstance(value, dict):
-        return value.get("approved") is True
-    # A tool result may arrive as JSON text when the provider flattens it.
-    return isinstance(value, str) and '"approved": true' in value.replace('":true', '": true')
+    return isinstance(value, dict) and value.get("approved") is True
 
 
 def _chunks(text: str, size: int = 24) -> list[str]:

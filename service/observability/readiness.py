@@ -65,3 +65,21 @@ class RestoreTracker:
             "assigned": sorted(str(p) for p in self._assigned),
             "restoring": sorted(str(p) for p in self._restoring),
         }
+
+
+class LoopHeartbeat:
+    """Liveness of a polling loop: alive while :meth:`beat` was called within ``stale_after_s``.
+
+    Alive before the first beat, so a slow start (joining, restoring) never gets the process
+    restarted; only a loop that ran and then stopped turning reports dead.
+    """
+
+    def __init__(self, stale_after_s: float) -> None:
+        self._stale_after_s = stale_after_s
+        self._last: float | None = None
+
+    def beat(self) -> None:
+        self._last = time.monotonic()
+
+    def __call__(self) -> bool:
+        return self._last is None or time.monotonic() - self._last < self._stale_after_s

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 
+from service.runtime.commit_stats import CommitReport
 from service.runtime.faults import FaultPoints
 from service.runtime.offsets import OffsetTracker
 from service.runtime.work import Outcome, OutRecord
@@ -22,8 +23,8 @@ from service.sessions.store import event_seq_header
 
 logger = logging.getLogger(__name__)
 
-CommitObserver = Callable[[float, int, int, int], None]
-"""Called after each commit with (seconds, outcomes, records, results)."""
+CommitObserver = Callable[[CommitReport], None]
+"""Called after each commit with what it held and how long it took."""
 
 
 class CommitFailedError(RuntimeError):
@@ -92,7 +93,7 @@ class Committer:
 
     async def _commit(self, batch: list[Outcome]) -> None:
         started = time.monotonic()
-        records, results = self._records_of(batch)
+        records, results, states = self._records_of(batch)
         finished = 0
         for outcome in batch:
             finished += len(outcome.finished)
@@ -112,7 +113,16 @@ class Committer:
         if self._on_finished is not None:
             self._on_finished(finished)
         if self._observer is not None:
-            self._observer(elapsed, len(batch), len(records), results)
+            self._observer(
+                CommitReport(
+                    seconds=elapsed,
+                    outcomes=len(batch),
+                    records=len(records),
+                    results=results,
+                    state_bytes=sum(len(s.value or b"") for s in states),
+                    states=len(states),
+                )
+            )
 
     async def _transact(
         self, records: list[OutRecord], offsets: dict[TopicPartition, OffsetAndMetadata]
@@ -137,7 +147,7 @@ class Committer:
         await producer.commit_transaction()
         self._faults.reached("after_commit")
 
-    def _records_of(self, batch: list[Outcome]) -> tuple[list[OutRecord], int]:
+    def _records_of(self, batch: list[Outcome]) -> tuple[list[OutRecord], int, list[OutRecord]]:
         """Every record of the batch in order; only the last state of each session is written."""
         records: list[OutRecord] = []
         states: dict[str, OutRecord] = {}
@@ -156,4 +166,4 @@ class Committer:
                     partition=self._partition,
                 )
         records.extend(states.values())
-        return records, results
+        return records, results, list(states.values())

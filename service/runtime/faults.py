@@ -1,4 +1,4 @@
-"""Test-only crash points: with ``CAIRN_FAULTS__KILL_AT`` set, the process SIGKILLs itself there.
+"""Test-only fault points: the process SIGKILLs itself there, or the commit fails there.
 
 Unset (the default) every point is a no-op; nothing else in the runtime changes behaviour.
 """
@@ -14,14 +14,24 @@ from service.settings import FaultSettings
 logger = logging.getLogger(__name__)
 
 
+class InjectedCommitError(RuntimeError):
+    """A commit failing on purpose, as one whose outcome is unknown would."""
+
+
 class FaultPoints:
-    __slots__ = ("_count", "_settings")
+    __slots__ = ("_count", "_failed", "_settings")
 
     def __init__(self, settings: FaultSettings) -> None:
         self._settings = settings
         self._count = 0
+        self._failed = 0
 
     def reached(self, point: str) -> None:
+        if self._settings.fail_at == point:
+            self._failed += 1
+            if self._failed == self._settings.fail_after:
+                logger.warning("point=<%s> | fault point reached, failing the commit", point)
+                raise InjectedCommitError(f"injected failure at {point}")
         if self._settings.kill_at != point:
             return
         self._count += 1

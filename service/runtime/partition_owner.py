@@ -101,6 +101,7 @@ class PartitionOwner:
     def accept(self, record: InputRecord) -> None:
         """Take a fetched record of this partition (called by the consumer loop, in order)."""
         origin = record.origin
+        logger.warning("DBG accept %s accepting=%s min=%s tr=%s", origin, self._accepting, self._min_offsets, self._trackers.get(origin.topic) and self._trackers[origin.topic]._next)
         if not self._accepting or self._stop_requested.is_set():
             return
         if origin.offset < self._min_offsets.get(origin.topic, 0):
@@ -227,6 +228,7 @@ class PartitionOwner:
             else:
                 consumer.seek(tp, committed)
             self._min_offsets[topic] = committed
+            logger.warning("DBG seek %s %s pos=%s", tp, committed, await consumer.position(tp))
         self._accepting = True
 
     def _on_finished(self, count: int) -> None:
@@ -240,7 +242,7 @@ class PartitionOwner:
             return
         assert self._queues is not None and self._committer is not None
         try:
-            command = parse_command(record, self._ctx.settings.runtime.state_record_max_bytes)
+            command = parse_command(record)
         except WireError as exc:
             if exc.answerable and exc.session_id is not None:
                 self._queues.put(CommandWork(record, exc.session_id, None, exc))

@@ -51,11 +51,11 @@ class ParsedCommand:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-def parse_command(record: InputRecord, max_bytes: int) -> ParsedCommand:
+def parse_command(record: InputRecord) -> ParsedCommand:
     """Decode a commands-topic record; raises :class:`WireError` when it is not a command."""
     if record.value is None:
         raise WireError("record has no value")
-    command = decode_command(record.value, key=record.key, max_bytes=max_bytes)
+    command = decode_command(record.value, key=record.key)
     limits = None
     if command.limits is not None:
         limits = Limits(

@@ -17,6 +17,7 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 
 from service.agent.definition import AgentDefinition
 from service.runtime.clients import connection_options
+from service.runtime.commit_stats import CommitStats
 from service.runtime.committer import CommitObserver
 from service.runtime.consumer_loop import ConsumerLoop
 from service.runtime.faults import FaultPoints
@@ -41,7 +42,7 @@ class Runtime:
     ) -> None:
         self._settings = settings
         self._agents = agents
-        self._observer = observer
+        self._observer = observer if observer is not None else CommitStats()
         self._owners: dict[int, PartitionOwner] = {}
         self._owner_tasks: dict[PartitionOwner, asyncio.Task[None]] = {}
         self._assigned: set[int] = set()

@@ -24,6 +24,11 @@ DEFAULT_MAX_RECORD_BYTES = 1024 * 1024
 
 MAX_ISSUES_IN_REASON = 8
 
+MAX_DEPTH = 64
+"""Deepest nesting of objects and arrays accepted in a command. orjson refuses to write more
+than 254 levels, and a command's parts are written again one to eight levels deeper (metadata in
+the result, prompt messages in the session state), so a deeper command could never be answered."""
+
 M = TypeVar("M", bound=BaseModel)
 
 COMMAND_TYPES: Mapping[str, type[InvokeCommand] | type[ResumeCommand]] = {
@@ -106,6 +111,28 @@ def _load(value: bytes, max_bytes: int | None) -> dict[str, Any]:
     return raw
 
 
+def _too_deep(value: Any, limit: int) -> bool:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
+def _load_command(value: bytes, max_bytes: int | None) -> dict[str, Any]:
+    raw = _load(value, max_bytes)
+    if _too_deep(raw, MAX_DEPTH):
+        raise WireError(
+            f"record value nests objects and arrays deeper than {MAX_DEPTH} levels",
+            session_id=_id(raw, "session_id"),
+            command_id=_id(raw, "command_id"),
+        )
+    return raw
+
+
 def _model_for(raw: dict[str, Any], types: Mapping[str, type[M]]) -> type[M]:
     kind = raw.get("type")
     if kind is None:
@@ -167,7 +194,7 @@ def decode_command(
     Pass the record ``key`` so a record keyed differently from its ``session_id`` (it would
     sit on another session's partition) is refused.
     """
-    raw = _load(value, max_bytes)
+    raw = _load_command(value, max_bytes)
     model = _model_for(raw, COMMAND_TYPES)
     _refuse_wrapped_checkpoint(raw, "prompt" if model is InvokeCommand else "resume")
     command = _validate(model, raw)
@@ -184,7 +211,7 @@ def decode_control(
     max_bytes: int | None = DEFAULT_MAX_RECORD_BYTES,
 ) -> CancelCommand:
     """A control-topic value as a cancel."""
-    raw = _load(value, max_bytes)
+    raw = _load_command(value, max_bytes)
     command = _validate(_model_for(raw, CONTROL_TYPES), raw)
     _check_key(raw, command.session_id, key)
     return command

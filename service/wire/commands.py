@@ -87,22 +87,30 @@ class _Command(InboundModel):
     """Also the record key: every command of a session lands on the same partition."""
 
 
-class _Invocation(_Command):
-    checkpointing: bool | None = None
-    """Pause at checkpoints in this invocation; absent means the agent's default."""
-    invocation_state: JsonObject | None = None
-    limits: Limits | None = None
-    metadata: JsonObject = Field(default_factory=dict)
-    """Echoed unchanged in the result."""
+Checkpointing = Annotated[
+    bool | None,
+    Field(description="Pause at checkpoints in this turn; absent means the agent's default."),
+]
+InvocationState = Annotated[
+    JsonObject | None, Field(description="A JSON object handed to tools and hooks.")
+]
+TurnLimits = Annotated[
+    Limits | None, Field(description="Bounds of the turn; absent means the agent's limits.")
+]
 
 
-class ResumeCommand(_Invocation):
+class ResumeCommand(_Command):
     """Continue a paused session: from its checkpoint, or with answers to its interrupts."""
 
     type: Literal["resume"] = "resume"
     resume: ResumeInput
     agent: Id | None = None
     """Optional; when given it must name the session's agent."""
+    checkpointing: Checkpointing = None
+    limits: TurnLimits = None
+    invocation_state: InvocationState = None
+    metadata: JsonObject = Field(default_factory=dict)
+    """Any JSON object, echoed unchanged in the result."""
 
     def engine_input(self) -> Any:
         """The payload as the engine takes it (plain dicts and lists)."""
@@ -111,13 +119,18 @@ class ResumeCommand(_Invocation):
         return [answer.model_dump() for answer in self.resume]
 
 
-class InvokeCommand(_Invocation):
+class InvokeCommand(_Command):
     """Run an agent on a prompt (a new turn, or abandoning a pause with new input)."""
 
     type: Literal["invoke"] = "invoke"
     agent: Id
     """Name of an agent hosted by this deployment."""
     prompt: Prompt
+    checkpointing: Checkpointing = None
+    limits: TurnLimits = None
+    invocation_state: InvocationState = None
+    metadata: JsonObject = Field(default_factory=dict)
+    """Any JSON object, echoed unchanged in the result."""
 
     @property
     def is_resume(self) -> bool:

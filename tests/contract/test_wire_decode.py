@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
@@ -9,12 +10,15 @@ import pytest
 
 from service.wire.codec import (
     DEFAULT_MAX_RECORD_BYTES,
+    MAX_DEPTH,
     decode_command,
     decode_control,
     encode,
+    encode_result,
 )
 from service.wire.commands import CancelCommand, InvokeCommand, ResumeCommand
 from service.wire.errors import WireError
+from service.wire.results import error_record
 
 CHECKPOINT = {"position": "after_model", "cycle_index": 0, "schema_version": "1.0"}
 INVOKE: dict[str, Any] = {
@@ -424,3 +428,24 @@ def test_many_issues_are_summarised_but_all_kept() -> None:
     error = refused(raw({**INVOKE, "prompt": prompt}))
     assert len(error.issues) == 20
     assert error.reason.endswith("and 12 more")
+
+
+def _chain(levels: int) -> dict[str, Any]:
+    """``levels`` objects nested in one another."""
+    node: dict[str, Any] = {}
+    for _ in range(levels - 1):
+        node = {"a": node}
+    return node
+
+
+def test_commands_nested_too_deep_to_answer_are_refused_with_their_ids() -> None:
+    # The command object itself is the first level.
+    error = refused(json.dumps({**INVOKE, "metadata": _chain(MAX_DEPTH)}).encode())
+    assert f"deeper than {MAX_DEPTH} levels" in error.reason
+    assert error.answerable
+    deepest = _chain(MAX_DEPTH - 1)
+    command = decode_command(json.dumps({**INVOKE, "metadata": deepest}).encode())
+    record = error_record(
+        session_id="s-1", command_id="c-1", code="internal", message="x", metadata=command.metadata
+    )
+    assert orjson.loads(encode_result(record))["metadata"] == deepest

@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 import pytest
+from jsonschema import Draft202012Validator
 from pydantic import ValidationError
 
 from service.agent import errors as engine_errors
@@ -18,6 +19,7 @@ from service.wire.events import EVENT_TYPES
 from service.wire.pauses import Checkpoint as WireCheckpoint
 from service.wire.pauses import Interrupt as WireInterrupt
 from service.wire.results import error_record, result_record
+from service.wire.schemas import message_schema
 from service.wire.session_record import SessionStateRecord
 from tests.contract.session_scenario import PROMPT, SESSION, continuation, step, support_agent
 
@@ -83,6 +85,30 @@ def test_every_engine_result_is_a_valid_record_and_round_trips(
         expected.update(command_id=f"cmd-{index}", metadata={"i": index})
         assert body == orjson.loads(orjson.dumps(expected))
         assert decode_result(value) == record
+
+
+def test_every_engine_result_and_state_satisfies_the_published_schemas(
+    scenario: tuple[list[AgentResult], list[SessionState]],
+) -> None:
+    """The hot path re-checks written blocks only lightly; the full schemas must still hold."""
+    results = Draft202012Validator(message_schema("agent_result"))
+    states = Draft202012Validator(message_schema("session_state"))
+    for index, result in enumerate(scenario[0]):
+        record = result_record(result, session_id=SESSION, command_id=f"cmd-{index}")
+        errors = list(results.iter_errors(orjson.loads(encode_result(record))))
+        assert not errors, errors[0].message
+    for state in scenario[1]:
+        errors = list(states.iter_errors(orjson.loads(orjson.dumps(state.to_dict()))))
+        assert not errors, errors[0].message
+
+
+def test_fast_encoding_equals_the_pydantic_dump(
+    scenario: tuple[list[AgentResult], list[SessionState]],
+) -> None:
+    for index, result in enumerate(scenario[0]):
+        record = result_record(result, session_id=SESSION, command_id=f"cmd-{index}")
+        assert encode_result(record) == orjson.dumps(record.model_dump(exclude_unset=True))
+        assert encode_result(record) == orjson.dumps(record.model_dump())
 
 
 def test_every_engine_state_matches_the_session_record(

@@ -118,3 +118,29 @@ async def test_kill_between_producing_and_committing_loses_and_doubles_nothing(
     tools = Counter(c["idempotency_key"] for c in cluster.tool_calls())
     assert max(tools.values()) <= 2
     assert len(tools) == len(commands) * 2
+
+
+async def test_a_failed_commit_recreates_the_partition_owner_and_loses_nothing(
+    cluster: Cluster,
+) -> None:
+    sessions = [unique("s") for _ in range(12)]
+    commands = [invoke(s, f"turn {k}", agent="cycles") for k in range(2) for s in sessions]
+    with services() as procs:
+        proc = cluster.start(
+            "flaky",
+            CAIRN_FAULTS__FAIL_AT="after_produce_before_commit",
+            CAIRN_FAULTS__FAIL_AFTER="4",
+        )
+        procs.append(proc)
+        await proc.wait_ready()
+        async with Client(cluster) as client:
+            await client.send(*commands)
+            await client.wait_results(len(commands), timeout=60, alive=proc)
+            assert proc.log_count("partition owner failed, it will be re-created") == 1
+            assert await proc.terminate() == 0
+            await client.caught_up()
+    counts = Counter(r["command_id"] for r in client.results)
+    assert counts == Counter({c["command_id"]: 1 for c in commands})
+    for session in sessions:
+        mine = client.session_results(session)
+        assert [r["message"]["content"][0]["text"] for r in mine] == ["done turn 1", "done turn 2"]

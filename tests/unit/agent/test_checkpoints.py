@@ -113,7 +113,7 @@ async def test_after_tools_pause_message_is_the_tool_use_message() -> None:
         "schema_version": "1.0",
     }
     assert second.result.message == first.result.message
-    assert results_of(second.state.messages[-1])[0]["content"] == [{"json": 3}]
+    assert results_of(second.state.messages[-1])[0]["content"] == [{"text": "3"}]
     assert model_of(agent).calls == 1, "resuming after_model must not call the model"
 
 

@@ -100,10 +100,10 @@ def raises(kind: str) -> str:
     ("kind", "status", "content"),
     [
         ("str", "success", [{"text": "plain"}]),
-        ("dict", "success", [{"json": {"a": 1}}]),
-        ("list", "success", [{"json": [1, "two"]}]),
-        ("int", "success", [{"json": 7}]),
-        ("none", "success", [{"json": None}]),
+        ("dict", "success", [{"text": '{"a": 1}'}]),
+        ("list", "success", [{"text": '[1, "two"]'}]),
+        ("int", "success", [{"text": "7"}]),
+        ("none", "success", [{"text": "null"}]),
         ("result", "error", [{"text": "custom"}]),
         ("object", "success", [{"text": "thing"}]),
     ],
@@ -139,12 +139,13 @@ async def test_invalid_input_and_unknown_tool_become_error_results() -> None:
     agent = make_agent(script, checkpointing=False, tools=[raises])
     out = await invoke(agent, new_state(), "go")
     first, second = results_of(out.state.messages[2])
-    assert first["status"] == "error" and first["content"][0]["text"].startswith("Error: ")
+    assert first["status"] == "error"
+    assert first["content"][0]["text"].startswith("Error: Validation failed for input parameters: ")
     assert "validation error" in first["content"][0]["text"]
     assert second == {
         "toolUseId": "b",
         "status": "error",
-        "content": [{"text": "Error: unknown tool 'nope'"}],
+        "content": [{"text": "Unknown tool: nope"}],
     }
 
 

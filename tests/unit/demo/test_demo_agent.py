@@ -217,3 +217,49 @@ def test_the_default_registry_path_loads_the_demo_agents() -> None:
         "request_approval",
         "slow_job",
     }
+
+
+@pytest.mark.parametrize(
+    "weather_block",
+    [
+        {"json": {"city": "Oslo", "conditions": "windy", "temperature_c": 3.5}},
+        {"text": '{"city": "Oslo", "conditions": "windy", "temperature_c": 3.5}'},
+    ],
+)
+def test_the_final_answer_reads_tool_values_given_as_json_or_as_json_text(
+    weather_block: dict[str, Any],
+) -> None:
+    from service.agent.provider import ModelRequest
+    from service.demo.script import demo_reply
+
+    uses = [("t1", "weather"), ("t2", "request_approval")]
+    messages = [
+        {"role": "user", "content": [{"text": "weather in Oslo?"}]},
+        {
+            "role": "assistant",
+            "content": [{"toolUse": {"toolUseId": t, "name": n, "input": {}}} for t, n in uses],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "toolResult": {
+                        "toolUseId": "t1",
+                        "status": "success",
+                        "content": [weather_block],
+                    }
+                },
+                {
+                    "toolResult": {
+                        "toolUseId": "t2",
+                        "status": "success",
+                        "content": [{"text": '{"approved": true}'}],
+                    }
+                },
+            ],
+        },
+    ]
+    reply = demo_reply(ModelRequest(messages, None, [], CancelSignal()), 2)
+    assert reply.text == (
+        "Result: n/a. Forecast: windy, 3.5 °C in Oslo. I shared it with the team."
+    )

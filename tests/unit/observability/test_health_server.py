@@ -170,3 +170,51 @@ async def test_a_busy_port_fails_start_loudly() -> None:
             await second.start()
         with pytest.raises(RuntimeError):
             _ = second.port
+
+
+async def test_operability_bundle_serves_what_the_runtime_reports() -> None:
+    from service.observability.operability import Operability
+
+    drained = asyncio.Event()
+
+    async def drain() -> None:
+        drained.set()
+
+    ops = Operability(port=0, host="127.0.0.1", liveness_stale_after_s=0.05)
+    ops.set_drain(drain)
+    async with ops:
+        port = ops.port
+        assert port is not None
+        assert (await _get(port, "/readyz"))[0] == 503
+        ops.readiness.assigned(["commands-0"])
+        ops.readiness.restored("commands-0")
+        assert (await _get(port, "/readyz"))[0] == 200
+        assert (await _get(port, "/livez"))[0] == 200
+        ops.heartbeat.beat()
+        loop = asyncio.get_running_loop()
+        stale_at = loop.time() + 0.05
+        while loop.time() < stale_at:
+            await asyncio.sleep(0.01)
+        assert (await _get(port, "/livez"))[0] == 503
+        ops.heartbeat.beat()
+        assert (await _get(port, "/livez"))[0] == 200
+        ops.metrics.command("invoke", "ok")
+        _, _, text = await _get(port, "/metrics")
+        assert (
+            _samples(text)[("cairn_commands_total", (("outcome", "ok"), ("type", "invoke")))] == 1
+        )
+        assert (await _get(port, "/drain"))[0] == 200
+        assert drained.is_set()
+    assert ops.port is None
+    assert not ops.readiness()
+    with pytest.raises(aiohttp.ClientConnectionError):
+        await _get(port, "/livez")
+
+
+async def test_operability_without_a_port_listens_nowhere() -> None:
+    from service.observability.operability import Operability
+
+    async with Operability(port=None) as ops:
+        assert ops.port is None
+        ops.metrics.result("end_turn")
+    assert b"cairn_results_total" in ops.metrics.render()

@@ -1,0 +1,418 @@
+"""Runtime benchmark: committed steps per second, end-to-end latency and takeover time.
+
+One service process (``python -m service serve``) beside a local single-node broker on this
+machine; a scripted zero-latency model; turns of three tool cycles with checkpointing on, so
+every step (invocation) is one command, one result and one committed state. Prints a table and
+writes JSON (``--out``). A benchmark, not a test: it reports, it does not assert targets.
+
+Broker: ``CAIRN_TEST_BOOTSTRAP`` names a running one; otherwise one is started from the Maven
+jars for the run and stopped after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import json
+import os
+import re
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.support.runtime_harness import Cluster, ServiceProcess  # noqa: E402
+
+STEPS_PER_TURN = 7  # 3 tool cycles with checkpointing: 2 pauses per cycle, then end_turn
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+@contextlib.contextmanager
+def broker() -> Iterator[tuple[str, int | None]]:
+    external = os.environ.get("CAIRN_TEST_BOOTSTRAP")
+    if external:
+        yield external, None
+        return
+    sys.path.insert(0, str(REPO / "deploy" / "local-kafka"))
+    kafka_local = importlib.import_module("kafka_local")
+    base = Path(tempfile.mkdtemp(prefix="cairn-bench-kafka-"))
+    config = kafka_local.BrokerConfig(
+        data_dir=base,
+        port=kafka_local.free_port(),
+        controller_port=kafka_local.free_port(),
+        die_with_parent=True,
+    )
+    local = kafka_local.LocalBroker(config)
+    started = local.start(timeout=180.0)
+    try:
+        yield config.bootstrap, started.pid
+    finally:
+        local.stop()
+
+
+@dataclass
+class Session:
+    sid: str
+    partition: int
+    step: int = 0
+    turn: int = 0
+    checkpoint: dict[str, Any] | None = None
+    command_id: str = ""
+    sent_at: float = 0.0
+
+
+@dataclass
+class Window:
+    started: float = 0.0
+    results: int = 0
+    latencies: list[float] = field(default_factory=list)
+    errors: int = 0
+
+
+class Driver:
+    """Upstream and downstream in one: publishes commands, reads committed results."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.sessions: dict[str, Session] = {}
+        self.ready: deque[Session] = deque()
+        self.window: Window | None = None
+        self.closed_loop = False
+        self.last_result_at: dict[int, float] = {}
+        self.result_times: list[tuple[float, int]] = []
+        self.counter = 0
+
+    async def start(self) -> None:
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=self.cluster.bootstrap, linger_ms=1, acks=1
+        )
+        await self.producer.start()
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.cluster.bootstrap,
+            group_id=None,
+            isolation_level="read_committed",
+            enable_auto_commit=False,
+            fetch_max_wait_ms=5,
+        )
+        await self.consumer.start()
+        results = self.cluster.topics.results
+        partitions = [TopicPartition(results, p) for p in range(self.cluster.partitions)]
+        self.consumer.assign(partitions)
+        await self.consumer.seek_to_end(*partitions)
+        self.reader = asyncio.create_task(self.read())
+
+    async def stop(self) -> None:
+        self.reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.reader
+        await self.consumer.stop()
+        await self.producer.stop()
+
+    def add_sessions(self, count: int) -> None:
+        for _ in range(count):
+            index = len(self.sessions)
+            session = Session(f"bench-{index}", index % self.cluster.partitions)
+            self.sessions[session.sid] = session
+            self.ready.append(session)
+
+    async def send(self, session: Session) -> None:
+        self.counter += 1
+        session.command_id = f"{session.sid}-{self.counter}"
+        if session.step == 0:
+            body: dict[str, Any] = {
+                "type": "invoke",
+                "schema_version": 1,
+                "command_id": session.command_id,
+                "session_id": session.sid,
+                "agent": "bench",
+                "prompt": f"turn {session.turn}",
+            }
+        else:
+            body = {
+                "type": "resume",
+                "schema_version": 1,
+                "command_id": session.command_id,
+                "session_id": session.sid,
+                "resume": {"checkpointResume": {"checkpoint": session.checkpoint}},
+            }
+        session.sent_at = time.perf_counter()
+        await self.producer.send(
+            self.cluster.topics.commands,
+            value=orjson.dumps(body),
+            key=session.sid.encode(),
+            partition=session.partition,
+        )
+
+    async def read(self) -> None:
+        while True:
+            batches = await self.consumer.getmany(timeout_ms=100, max_records=5000)
+            now = time.perf_counter()
+            for records in batches.values():
+                for record in records:
+                    await self.on_result(orjson.loads(record.value), now)
+
+    async def on_result(self, result: dict[str, Any], now: float) -> None:
+        session = self.sessions.get(result["session_id"])
+        if session is None or result["command_id"] != session.command_id:
+            return
+        self.last_result_at[session.partition] = now
+        self.result_times.append((now, session.partition))
+        window = self.window
+        if window is not None:
+            window.results += 1
+            window.latencies.append(now - session.sent_at)
+            if result["stop_reason"] not in ("checkpoint", "end_turn"):
+                window.errors += 1
+        if result["stop_reason"] == "checkpoint":
+            session.checkpoint = result["checkpoint"]
+            session.step += 1
+        else:
+            session.step = 0
+            session.turn += 1
+            session.checkpoint = None
+        if self.closed_loop:
+            await self.send(session)
+        else:
+            self.ready.append(session)
+
+    async def run_closed(self, duration: float, warmup: float) -> Window:
+        self.closed_loop = True
+        while self.ready:
+            await self.send(self.ready.popleft())
+        await asyncio.sleep(warmup)
+        self.window = Window(started=time.perf_counter())
+        await asyncio.sleep(duration)
+        window, self.window = self.window, None
+        self.closed_loop = False
+        return window
+
+    async def run_open(self, rate: float, duration: float, warmup: float) -> Window:
+        """Send at ``rate`` commands per second from sessions whose last step is answered."""
+        started = time.perf_counter()
+        sent = 0
+        measuring_from = started + warmup
+        while True:
+            now = time.perf_counter()
+            if self.window is None and now >= measuring_from:
+                self.window = Window(started=now)
+            if now - started >= warmup + duration:
+                break
+            due = int((now - started) * rate) - sent
+            while due > 0 and self.ready:
+                await self.send(self.ready.popleft())
+                sent += 1
+                due -= 1
+            await asyncio.sleep(0.002)
+        window, self.window = self.window, None
+        assert window is not None
+        return window
+
+    async def drain(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.ready) < len(self.sessions) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def commit_stats(log: str) -> dict[str, float]:
+    """The last periodic commit-stats line of a service log."""
+    lines = [line for line in log.splitlines() if "commit stats" in line]
+    if not lines:
+        return {}
+    found = re.findall(r"(\w+)=<([0-9.]+)>", lines[-1])
+    return {key: float(value) for key, value in found}
+
+
+async def wait_ready(proc: ServiceProcess, partitions: int, timeout: float = 60.0) -> None:
+    await proc.wait_log("partition ready", timeout, count=partitions)
+
+
+def assigned(proc: ServiceProcess) -> set[int]:
+    lines = [line for line in proc.text().splitlines() if "partitions assigned" in line]
+    match = re.search(r"partitions=<\[([0-9, ]*)\]>", lines[-1])
+    assert match is not None
+    return {int(p) for p in match.group(1).split(",") if p.strip()}
+
+
+async def bench(args: argparse.Namespace, bootstrap: str, broker_pid: int | None) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="cairn-bench-"))
+    cluster = Cluster(bootstrap, workdir, partitions=args.partitions)
+    await cluster.create_topics()
+    env = {
+        "CAIRN_TEST_TOOL_LOG": "",
+        "CAIRN_TEST_MODEL_LOG": "",
+        "CAIRN_LOG_LEVEL": "INFO",
+        "CAIRN_RUNTIME__MAX_IN_FLIGHT": str(args.max_in_flight),
+        "CAIRN_RUNTIME__COMMIT_INTERVAL_MS": str(args.commit_interval_ms),
+    }
+    first = cluster.start("bench-a", **env)
+    second: ServiceProcess | None = None
+    driver = Driver(cluster)
+    report: dict[str, Any] = {
+        "partitions": args.partitions,
+        "sessions": args.sessions,
+        "commit_interval_ms": args.commit_interval_ms,
+        "steps_per_turn": STEPS_PER_TURN,
+        "cpus": os.cpu_count(),
+    }
+    try:
+        await wait_ready(first, args.partitions)
+        await driver.start()
+        driver.add_sessions(args.sessions)
+
+        # 1. saturation: every session always has its next step queued
+        cpu_before = cpu_seconds(first.pid)
+        broker_before = cpu_seconds(broker_pid) if broker_pid else None
+        driver_before = time.process_time()
+        window = await driver.run_closed(args.duration, args.warmup)
+        elapsed = time.perf_counter() - window.started
+        cpu_used = cpu_seconds(first.pid) - cpu_before
+        saturation = window.results / elapsed
+        await driver.drain()
+        stats = commit_stats(first.text())
+        report["saturation"] = {
+            "steps_per_s": round(saturation, 1),
+            "steps": window.results,
+            "errors": window.errors,
+            "latency_p50_ms": round(percentile(window.latencies, 0.5) * 1000, 2),
+            "latency_p99_ms": round(percentile(window.latencies, 0.99) * 1000, 2),
+            "service_cpu_ms_per_step": round(
+                cpu_used / max(window.results, 1) * 1000 * elapsed / (elapsed + args.warmup), 3
+            ),
+            "service_cpu_util": round(cpu_used / (elapsed + args.warmup), 2),
+            "broker_cpu_util": round(
+                (cpu_seconds(broker_pid) - broker_before) / (elapsed + args.warmup), 2
+            )
+            if broker_pid and broker_before is not None
+            else None,
+            "driver_cpu_util": round(
+                (time.process_time() - driver_before) / (elapsed + args.warmup), 2
+            ),
+            "commit": stats,
+        }
+
+        # 2. latency at half of saturation (open loop)
+        rate = saturation * args.load
+        window = await driver.run_open(rate, args.duration, args.warmup)
+        await driver.drain()
+        report["half_load"] = {
+            "target_rate": round(rate, 1),
+            "steps_per_s": round(window.results / args.duration, 1),
+            "latency_p50_ms": round(percentile(window.latencies, 0.5) * 1000, 2),
+            "latency_p99_ms": round(percentile(window.latencies, 0.99) * 1000, 2),
+            "latency_mean_ms": round(statistics.fmean(window.latencies) * 1000, 2)
+            if window.latencies
+            else None,
+            "commit": commit_stats(first.text()),
+        }
+
+        # 3. takeover: a second instance joins, the first is killed -9 under light traffic
+        second = cluster.start("bench-b", **env)
+        await second.wait_ready()
+        await first.wait_log("partitions assigned", 60, count=2)
+        moved = assigned(first)
+        traffic = asyncio.create_task(driver.run_open(args.takeover_rate, 30.0, 0.0))
+        await asyncio.sleep(2.0)
+        killed_at = time.perf_counter()
+        os.kill(first.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        takeover: float | None = None
+        while time.monotonic() < deadline and takeover is None:
+            after = [t for t, p in driver.result_times if t > killed_at and p in moved]
+            if after:
+                takeover = min(after) - killed_at
+            await asyncio.sleep(0.01)
+        traffic.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await traffic
+        report["takeover"] = {
+            "seconds": round(takeover, 2) if takeover is not None else None,
+            "moved_partitions": sorted(moved),
+            "session_timeout_ms": int(cluster.env()["CAIRN_GROUP__SESSION_TIMEOUT_MS"]),
+        }
+    finally:
+        await driver.stop()
+        for proc in (first, second):
+            if proc is not None and proc.alive:
+                proc.kill()
+    return report
+
+
+def table(report: dict[str, Any]) -> str:
+    sat, half, take = report["saturation"], report["half_load"], report["takeover"]
+    rows = [
+        ("committed steps/s at saturation", f"{sat['steps_per_s']}", ">= 1000"),
+        ("  service CPU per step (ms)", f"{sat['service_cpu_ms_per_step']}", ""),
+        (
+            "  service / broker / driver CPU (cores)",
+            f"{sat['service_cpu_util']} / {sat['broker_cpu_util']} / {sat['driver_cpu_util']}",
+            "",
+        ),
+        (
+            "  commit ms avg (max)",
+            f"{sat['commit'].get('commit_ms_avg')} ({sat['commit'].get('commit_ms_max')})",
+            "",
+        ),
+        ("  outcomes per commit", f"{sat['commit'].get('outcomes_per_commit')}", ""),
+        ("  state record bytes avg", f"{sat['commit'].get('state_bytes_avg')}", ""),
+        (f"e2e latency p50 at {half['target_rate']}/s (ms)", f"{half['latency_p50_ms']}", "< 20"),
+        (f"e2e latency p99 at {half['target_rate']}/s (ms)", f"{half['latency_p99_ms']}", "< 100"),
+        ("takeover after kill -9 (s)", f"{take['seconds']}", "< 10"),
+    ]
+    width = max(len(r[0]) for r in rows)
+    lines = [f"{'metric'.ljust(width)}  {'value':>16}  target"]
+    lines += [f"{name.ljust(width)}  {value:>16}  {target}" for name, value, target in rows]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sessions", type=int, default=400)
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--duration", type=float, default=15.0)
+    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--load", type=float, default=0.5, help="fraction of saturation")
+    parser.add_argument("--takeover-rate", type=float, default=100.0)
+    parser.add_argument("--max-in-flight", type=int, default=1000)
+    parser.add_argument("--commit-interval-ms", type=int, default=10)
+    parser.add_argument("--broker-pid", type=int, default=None, help="for CPU accounting")
+    parser.add_argument("--out", default=str(REPO / "bench-results" / "runtime.json"))
+    args = parser.parse_args()
+    with broker() as (bootstrap, broker_pid):
+        report = asyncio.run(bench(args, bootstrap, broker_pid or args.broker_pid))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+    print()
+    print(table(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

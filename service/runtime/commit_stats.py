@@ -1,0 +1,74 @@
+"""Running totals of the commits of one instance, logged at a fixed interval.
+
+Guarantee: observing a commit is O(1) and never fails; the periodic line says where commit time
+goes (transactions, batch sizes, bytes, latency) until a metrics endpoint scrapes the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class CommitReport:
+    seconds: float
+    outcomes: int
+    records: int
+    results: int
+    state_bytes: int
+    states: int
+
+
+class CommitStats:
+    """Aggregates :class:`CommitReport` values and logs them every ``interval_s`` seconds."""
+
+    def __init__(self, interval_s: float = 10.0) -> None:
+        self._interval_s = interval_s
+        self._reset(time.monotonic())
+
+    def _reset(self, now: float) -> None:
+        self._since = now
+        self._commits = 0
+        self._outcomes = 0
+        self._records = 0
+        self._results = 0
+        self._state_bytes = 0
+        self._states = 0
+        self._seconds = 0.0
+        self._max_seconds = 0.0
+
+    def __call__(self, report: CommitReport) -> None:
+        self._commits += 1
+        self._outcomes += report.outcomes
+        self._records += report.records
+        self._results += report.results
+        self._state_bytes += report.state_bytes
+        self._states += report.states
+        self._seconds += report.seconds
+        self._max_seconds = max(self._max_seconds, report.seconds)
+        now = time.monotonic()
+        if now - self._since >= self._interval_s:
+            self._log(now)
+            self._reset(now)
+
+    def _log(self, now: float) -> None:
+        commits = max(self._commits, 1)
+        elapsed = now - self._since
+        logger.info(
+            "window_s=<%.1f>, commits=<%d>, results=<%d>, results_per_s=<%.1f>, "
+            "outcomes_per_commit=<%.1f>, records_per_commit=<%.1f>, commit_ms_avg=<%.2f>, "
+            "commit_ms_max=<%.2f>, state_bytes_avg=<%.0f> | commit stats",
+            elapsed,
+            self._commits,
+            self._results,
+            self._results / elapsed if elapsed > 0 else 0.0,
+            self._outcomes / commits,
+            self._records / commits,
+            self._seconds * 1000 / commits,
+            self._max_seconds * 1000,
+            self._state_bytes / self._states if self._states else 0.0,
+        )

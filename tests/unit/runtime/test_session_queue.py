@@ -1,0 +1,61 @@
+"""Per-session serial queues: order within a session, concurrency across sessions, close."""
+
+from __future__ import annotations
+
+import asyncio
+
+from service.runtime.session_queue import SessionQueues
+from service.runtime.work import CommandWork, InputRecord, Origin
+
+
+def _work(session: str, offset: int) -> CommandWork:
+    record = InputRecord(Origin("c", 0, offset), session.encode(), b"", [], 0)
+    return CommandWork(record, session, None)
+
+
+async def test_one_session_runs_in_order_while_others_run_concurrently() -> None:
+    running: set[str] = set()
+    overlap: list[tuple[str, str]] = []
+    done: list[tuple[str, int]] = []
+    gate = asyncio.Event()
+
+    async def handle(work: CommandWork) -> None:
+        assert work.session_id not in running
+        for other in running:
+            overlap.append((work.session_id, other))
+        running.add(work.session_id)
+        await gate.wait()
+        running.discard(work.session_id)
+        done.append((work.session_id, work.record.origin.offset))
+
+    async with asyncio.TaskGroup() as tasks:
+        queues = SessionQueues(tasks, handle)
+        for offset, session in enumerate(["a", "b", "a", "b", "a"]):
+            queues.put(_work(session, offset))
+        await asyncio.sleep(0)
+        assert queues.sessions == 2
+        gate.set()
+        await asyncio.wait_for(queues.wait_idle(), 5)
+    assert [o for s, o in done if s == "a"] == [0, 2, 4]
+    assert [o for s, o in done if s == "b"] == [1, 3]
+    assert overlap  # a and b ran at the same time
+
+
+async def test_close_starts_nothing_new() -> None:
+    started: list[int] = []
+    release = asyncio.Event()
+
+    async def handle(work: CommandWork) -> None:
+        started.append(work.record.origin.offset)
+        await release.wait()
+
+    async with asyncio.TaskGroup() as tasks:
+        queues = SessionQueues(tasks, handle)
+        queues.put(_work("a", 0))
+        queues.put(_work("a", 1))
+        await asyncio.sleep(0)
+        queues.close()
+        queues.put(_work("b", 2))
+        release.set()
+        await asyncio.wait_for(queues.wait_idle(), 5)
+    assert started == [0]
