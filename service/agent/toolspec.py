@@ -89,8 +89,10 @@ def build_input_model(
         annotation = hints.get(pname, Any)
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[pname] = (annotation, Field(default, description=param_docs.get(pname) or pname))
+    # Named as the reference names it, so validation errors read the same to the model.
+    model_name = f"{getattr(fn, '__name__', name).capitalize()}Tool"
     model: type[BaseModel] = create_model(
-        f"{name}_input", __config__=ConfigDict(arbitrary_types_allowed=True), **fields
+        model_name, __config__=ConfigDict(arbitrary_types_allowed=True), **fields
     )
     return model
 

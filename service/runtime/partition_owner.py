@@ -101,7 +101,6 @@ class PartitionOwner:
     def accept(self, record: InputRecord) -> None:
         """Take a fetched record of this partition (called by the consumer loop, in order)."""
         origin = record.origin
-        logger.warning("DBG accept %s accepting=%s min=%s tr=%s", origin, self._accepting, self._min_offsets, self._trackers.get(origin.topic) and self._trackers[origin.topic]._next)
         if not self._accepting or self._stop_requested.is_set():
             return
         if origin.offset < self._min_offsets.get(origin.topic, 0):
@@ -217,18 +216,24 @@ class PartitionOwner:
             )
 
     async def _seek_to_committed(self) -> None:
-        """Re-read from the committed offsets after a failed commit (called before restore)."""
+        """Re-read from the committed offsets after a failed commit (called before restore).
+
+        Every offset is looked up first; the seeks and the switch to accepting records then
+        happen in one step, so no record fetched before a seek is taken and none after is lost.
+        """
         consumer = self._ctx.consumer
-        for topic in (self._topics.commands, self._topics.control):
-            tp = TopicPartition(topic, self.partition)
+        partitions = [
+            TopicPartition(topic, self.partition)
+            for topic in (self._topics.commands, self._topics.control)
+        ]
+        beginnings = await consumer.beginning_offsets(partitions)
+        targets = {}
+        for tp in partitions:
             committed = await consumer.committed(tp)
-            if committed is None:
-                await consumer.seek_to_beginning(tp)
-                committed = 0
-            else:
-                consumer.seek(tp, committed)
-            self._min_offsets[topic] = committed
-            logger.warning("DBG seek %s %s pos=%s", tp, committed, await consumer.position(tp))
+            targets[tp] = beginnings[tp] if committed is None else committed
+        for tp, offset in targets.items():
+            consumer.seek(tp, offset)
+            self._min_offsets[tp.topic] = offset
         self._accepting = True
 
     def _on_finished(self, count: int) -> None:

@@ -24,12 +24,21 @@ Id = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_LENGTH)]
 JsonObject = dict[str, Any]
 
 
-def require_envelope(schema: dict[str, Any]) -> None:
-    """Publish ``type`` and ``schema_version`` as required although Python callers may omit them."""
+def _require(schema: dict[str, Any], names: tuple[str, ...]) -> None:
     required = schema.setdefault("required", [])
-    for name in ("schema_version", "type"):
+    for name in names:
         if name in schema.get("properties", {}) and name not in required:
             required.insert(0, name)
+
+
+def require_envelope(schema: dict[str, Any]) -> None:
+    """Publish ``type`` and ``schema_version`` as required although Python callers may omit them."""
+    _require(schema, ("schema_version", "type"))
+
+
+def require_type(schema: dict[str, Any]) -> None:
+    """Publish ``type`` as required; an inbound ``schema_version`` may be left out (it means 1)."""
+    _require(schema, ("type",))
 
 
 def mark_envelope_set(model: BaseModel) -> None:
@@ -47,7 +56,7 @@ class InboundModel(BaseModel):
         extra="forbid",
         frozen=True,
         use_attribute_docstrings=True,
-        json_schema_extra=require_envelope,
+        json_schema_extra=require_type,
     )
 
     def model_post_init(self, context: Any, /) -> None:

@@ -144,8 +144,6 @@ def _model_for(raw: dict[str, Any], types: Mapping[str, type[M]]) -> type[M]:
         expected = ", ".join(repr(t) for t in types)
         where = f" ({kind!r} belongs on {_ELSEWHERE[kind]})" if kind in _ELSEWHERE else ""
         raise _fail(raw, "type", f"unknown message type {kind!r}{where}; expected {expected}")
-    if "schema_version" not in raw:
-        raise _fail(raw, "schema_version", "is required")
     return model
 
 

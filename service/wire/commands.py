@@ -1,6 +1,6 @@
 """Commands Cairn receives: ``invoke`` and ``resume`` (commands topic), ``cancel`` (control topic).
 
-Field names are fixed by the design; ``schema_version`` is required on every command. An
+Field names are fixed by the design; a command without ``schema_version`` is read as version 1. An
 ``invoke`` whose prompt has a resume shape is a resume: :meth:`InvokeCommand.as_resume`.
 """
 

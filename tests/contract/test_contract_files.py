@@ -103,7 +103,7 @@ def test_schemas_refuse_what_the_models_refuse() -> None:
     validator = Draft202012Validator(_schema_of(CONTRACTS / "examples" / "invoke" / "x.json"))
     bad = [
         {**invoke, "type": "resume"},
-        {k: v for k, v in invoke.items() if k != "schema_version"},
+        {**invoke, "schema_version": 2},
         {k: v for k, v in invoke.items() if k != "type"},
         {**invoke, "prompt": [{"checkpointResume": {}}]},
         {**invoke, "prompt": [{"text": "a", "image": {}}]},

@@ -82,6 +82,12 @@ def test_optional_fields_that_were_absent_stay_absent_when_reencoded() -> None:
     assert command.metadata == {} and command.limits is None and command.checkpointing is None
 
 
+def test_a_command_without_schema_version_is_read_as_version_1() -> None:
+    command = decode_command(raw({k: v for k, v in INVOKE.items() if k != "schema_version"}))
+    assert isinstance(command, InvokeCommand)
+    assert command.schema_version == 1
+
+
 def test_resume_shapes_are_accepted() -> None:
     checkpoint = decode_command(raw(RESUME))
     assert isinstance(checkpoint, ResumeCommand)
@@ -144,12 +150,6 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "'cancel' belongs on the control topic",
     ),
     ("type not a string", {**INVOKE, "type": 3}, "invalid_command", "type: must be a string"),
-    (
-        "no schema_version",
-        {k: v for k, v in INVOKE.items() if k != "schema_version"},
-        "invalid_command",
-        "schema_version: is required",
-    ),
     (
         "future schema_version",
         {**INVOKE, "schema_version": 2},
