@@ -27,6 +27,7 @@ help:
 	@echo "make kafka-up      start the local Kafka broker on 127.0.0.1:9092 (data in .kafka/)"
 	@echo "make kafka-down    stop it;  make kafka-status: is it serving?"
 	@echo "make bench-engine  engine alone vs the reference SDK (ENGINE_BENCH_ARGS=--check ...)"
+	@echo "make bench         runtime: steps/s, e2e latency, takeover (RUNTIME_BENCH_ARGS=...)"
 	@echo "make clean         remove caches;  make distclean: also $(VENV), jars and .kafka/"
 
 # ---- setup ------------------------------------------------------------------------------------
@@ -105,6 +106,13 @@ run: $(INSTALLED)
 ENGINE_BENCH_ARGS ?=
 bench-engine: $(INSTALLED)
 	$(BIN)/python -m bench.engine_bench $(ENGINE_BENCH_ARGS)
+
+# One service process beside a local broker (started for the run unless CAIRN_TEST_BOOTSTRAP
+# names one): committed steps/s, e2e latency at half load, takeover after kill -9.
+RUNTIME_BENCH_ARGS ?=
+.PHONY: bench
+bench: $(INSTALLED)
+	$(BIN)/python bench/runtime_bench.py $(RUNTIME_BENCH_ARGS)
 
 # ---- housekeeping -----------------------------------------------------------------------------
 

@@ -29,12 +29,26 @@ def lookup_weather(city: str) -> str:
     return scenario.weather(city)
 
 
-def make_definition() -> AgentDefinition:
+@tool(name=scenario.TOOL_NAME)
+async def lookup_weather_async(city: str) -> str:
+    """Look up the current weather of a city.
+
+    Args:
+        city: Name of the city.
+    """
+    return scenario.weather(city)
+
+
+TOOLS = {"sync": lookup_weather, "async": lookup_weather_async}
+"""A sync tool runs on a worker thread in both engines; an async one on the event loop."""
+
+
+def make_definition(tool_kind: str = "sync") -> AgentDefinition:
     return AgentDefinition(
         name="bench",
         model=ScriptedModel(scenario_replies(), mode="conversation"),
         system_prompt=scenario.SYSTEM_PROMPT,
-        tools=[lookup_weather],
+        tools=[TOOLS[tool_kind]],
         checkpointing=True,
     )
 
@@ -71,9 +85,9 @@ async def run_turn(definition: AgentDefinition, session_id: str, timing: scenari
             blob = encode_state(stopped.state)
 
 
-async def measure(turns: int, warmup_turns: int) -> dict[str, float]:
+async def measure(turns: int, warmup_turns: int, tool_kind: str = "sync") -> dict[str, float]:
     """Invocations per second over ``turns`` fresh sessions, after ``warmup_turns`` untimed."""
-    definition = make_definition()
+    definition = make_definition(tool_kind)
     for turn in range(warmup_turns):
         await run_turn(definition, f"warmup-{turn}", scenario.Timing())
     timing = scenario.Timing()
@@ -82,14 +96,14 @@ async def measure(turns: int, warmup_turns: int) -> dict[str, float]:
     return timing.rates()
 
 
-def profile(turns: int, limit: int = 35) -> str:
+def profile(turns: int, tool_kind: str = "sync", limit: int = 35) -> str:
     """cProfile of ``turns`` timed turns, top functions by own time and by cumulative time."""
     import asyncio
     import cProfile
     import io
     import pstats
 
-    definition = make_definition()
+    definition = make_definition(tool_kind)
     asyncio.run(run_turn(definition, "warmup", scenario.Timing()))
     profiler = cProfile.Profile()
 

@@ -48,10 +48,10 @@ def summary(samples: list[dict[str, float]]) -> dict[str, Any]:
     return out
 
 
-def run_ours(turns: int, warmup_turns: int) -> dict[str, float]:
+def run_ours(turns: int, warmup_turns: int, tool_kind: str) -> dict[str, float]:
     from bench import cairn_engine  # imported late: --reference-only must work without it
 
-    return asyncio.run(cairn_engine.measure(turns, warmup_turns))
+    return asyncio.run(cairn_engine.measure(turns, warmup_turns, tool_kind))
 
 
 def collect(args: argparse.Namespace) -> dict[str, Any]:
@@ -64,13 +64,14 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
     # three alike; the reference gets a fresh subprocess (import time is never timed).
     for repetition in range(args.repeats):
         if not args.reference_only:
-            ours.append(run_ours(args.turns, args.warmup_turns))
+            ours.append(run_ours(args.turns, args.warmup_turns, args.tool))
         report = reference_venv.run_reference(
             python,
             turns=args.turns,
             repeats=1,
             warmup_turns=args.warmup_turns,
             modes=["memory", "restore"],
+            tool=args.tool,
         )
         reference_version = report["version"]
         memory += report["invocations_per_s"]["memory"]
@@ -80,6 +81,7 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
         "benchmark": "engine",
         "scenario": "2 tool cycles, checkpointing on, 5 invocations per turn, zero-latency model",
         "unit": "invocations/s (wall: per wall-clock second; cpu: per CPU second of the process)",
+        "tool": args.tool,
         "turns_per_repetition": args.turns,
         "repetitions": args.repeats,
         "python": platform.python_version(),
@@ -152,6 +154,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="repetitions (medians are taken)")
     parser.add_argument("--warmup-turns", type=int, default=5)
     parser.add_argument("--venv", type=Path, default=DEFAULT_VENV, help="reference venv")
+    parser.add_argument(
+        "--tool",
+        choices=("sync", "async"),
+        default="sync",
+        help="the scenario's tool as a plain function (run on a worker thread) or a coroutine",
+    )
     parser.add_argument("--reference-only", action="store_true", help="skip our engine")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--profile", action="store_true", help="cProfile our engine")
@@ -159,7 +167,7 @@ def main() -> None:
     if args.profile:
         from bench import cairn_engine
 
-        print(cairn_engine.profile(args.turns))
+        print(cairn_engine.profile(args.turns, args.tool))
         return
     started = time.monotonic()
     results = collect(args)

@@ -21,6 +21,7 @@ import scenario
 from reference_model import ScriptedReferenceModel
 from strands import Agent, tool
 from strands.session.file_session_manager import FileSessionManager
+from strands.tools.executors import SequentialToolExecutor
 
 
 @tool(name=scenario.TOOL_NAME, description=scenario.TOOL_DESCRIPTION)
@@ -33,14 +34,30 @@ def lookup_weather(city: str) -> str:
     return scenario.weather(city)
 
 
-def make_agent(session_manager: FileSessionManager | None = None) -> Agent:
+@tool(name=scenario.TOOL_NAME, description=scenario.TOOL_DESCRIPTION)
+async def lookup_weather_async(city: str) -> str:
+    """Look up the current weather of a city.
+
+    Args:
+        city: Name of the city.
+    """
+    return scenario.weather(city)
+
+
+TOOLS = {"sync": lookup_weather, "async": lookup_weather_async}
+"""A sync tool runs on a worker thread in both engines; an async one on the event loop."""
+
+
+def make_agent(tool_kind: str, session_manager: FileSessionManager | None = None) -> Agent:
     return Agent(
         model=ScriptedReferenceModel(),
-        tools=[lookup_weather],
+        tools=[TOOLS[tool_kind]],
         system_prompt=scenario.SYSTEM_PROMPT,
         callback_handler=None,
         checkpointing=True,
         session_manager=session_manager,
+        # Ours runs batches sequentially by default; the same executor keeps the comparison even.
+        tool_executor=SequentialToolExecutor(),
     )
 
 
@@ -50,9 +67,9 @@ def checked(step: int, result: Any) -> dict[str, Any] | None:
     return checkpoint
 
 
-async def turn_in_memory(timing: scenario.Timing) -> None:
+async def turn_in_memory(tool_kind: str, timing: scenario.Timing) -> None:
     """One turn with the Agent kept in memory; building the Agent is not timed."""
-    agent = make_agent()
+    agent = make_agent(tool_kind)
     with timing.section(scenario.INVOCATIONS_PER_TURN):
         checkpoint = checked(0, await agent.invoke_async(scenario.PROMPT))
         for step in range(1, scenario.INVOCATIONS_PER_TURN):
@@ -60,25 +77,25 @@ async def turn_in_memory(timing: scenario.Timing) -> None:
             checkpoint = checked(step, await agent.invoke_async(scenario.resume_input(checkpoint)))
 
 
-async def turn_restoring(storage_dir: str, timing: scenario.Timing) -> None:
+async def turn_restoring(tool_kind: str, storage_dir: str, timing: scenario.Timing) -> None:
     """One turn where every invocation restores a fresh Agent from the session files (timed)."""
     session_id = uuid.uuid4().hex
     with timing.section(scenario.INVOCATIONS_PER_TURN):
         checkpoint: dict[str, Any] | None = None
         for step in range(scenario.INVOCATIONS_PER_TURN):
             manager = FileSessionManager(session_id=session_id, storage_dir=storage_dir)
-            agent = make_agent(manager)
+            agent = make_agent(tool_kind, manager)
             prompt: Any = scenario.PROMPT if step == 0 else scenario.resume_input(checkpoint or {})
             checkpoint = checked(step, await agent.invoke_async(prompt))
 
 
-async def measure(mode: str, turns: int, storage_dir: str) -> dict[str, float]:
+async def measure(mode: str, turns: int, storage_dir: str, tool_kind: str) -> dict[str, float]:
     timing = scenario.Timing()
     for _ in range(turns):
         if mode == "memory":
-            await turn_in_memory(timing)
+            await turn_in_memory(tool_kind, timing)
         else:
-            await turn_restoring(storage_dir, timing)
+            await turn_restoring(tool_kind, storage_dir, timing)
     return timing.rates()
 
 
@@ -86,17 +103,18 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, list[dict[str, float]]] = {mode: [] for mode in args.modes}
     with tempfile.TemporaryDirectory(prefix="bench-ref-sessions-") as storage_dir:
         for mode in args.modes:
-            await measure(mode, args.warmup_turns, storage_dir)
+            await measure(mode, args.warmup_turns, storage_dir, args.tool)
         # Modes alternate within each repetition so background load hits them alike.
         for _ in range(args.repeats):
             for mode in args.modes:
-                results[mode].append(await measure(mode, args.turns, storage_dir))
+                results[mode].append(await measure(mode, args.turns, storage_dir, args.tool))
     return {
         "engine": "strands-agents",
         "version": version("strands-agents"),
         "python": sys.version.split()[0],
         "turns_per_repeat": args.turns,
         "invocations_per_turn": scenario.INVOCATIONS_PER_TURN,
+        "tool": args.tool,
         "invocations_per_s": results,
     }
 
@@ -107,6 +125,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup-turns", type=int, default=5)
     parser.add_argument("--modes", nargs="+", default=["memory", "restore"])
+    parser.add_argument("--tool", choices=sorted(TOOLS), default="sync")
     args = parser.parse_args()
     # The SDK's warnings would go to stderr per invocation and be timed; keep only errors.
     logging.basicConfig(level=logging.ERROR)

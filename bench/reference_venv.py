@@ -58,7 +58,7 @@ def ensure_venv(venv: Path) -> Path:
 
 
 def run_reference(
-    python: Path, *, turns: int, repeats: int, warmup_turns: int, modes: list[str]
+    python: Path, *, turns: int, repeats: int, warmup_turns: int, modes: list[str], tool: str
 ) -> dict[str, Any]:
     """Time the reference in a subprocess; its last stdout line is the JSON report."""
     command = [
@@ -70,6 +70,8 @@ def run_reference(
         str(repeats),
         "--warmup-turns",
         str(warmup_turns),
+        "--tool",
+        tool,
         "--modes",
         *modes,
     ]

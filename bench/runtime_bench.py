@@ -97,8 +97,7 @@ class Driver:
         self.ready: deque[Session] = deque()
         self.window: Window | None = None
         self.closed_loop = False
-        self.last_result_at: dict[int, float] = {}
-        self.result_times: list[tuple[float, int]] = []
+        self.result_times: list[tuple[float, int, float]] = []
         self.counter = 0
 
     async def start(self) -> None:
@@ -174,8 +173,7 @@ class Driver:
         session = self.sessions.get(result["session_id"])
         if session is None or result["command_id"] != session.command_id:
             return
-        self.last_result_at[session.partition] = now
-        self.result_times.append((now, session.partition))
+        self.result_times.append((now, session.partition, session.sent_at))
         window = self.window
         if window is not None:
             window.results += 1
@@ -343,7 +341,9 @@ async def bench(args: argparse.Namespace, bootstrap: str, broker_pid: int | None
         deadline = time.monotonic() + 60
         takeover: float | None = None
         while time.monotonic() < deadline and takeover is None:
-            after = [t for t, p in driver.result_times if t > killed_at and p in moved]
+            # A command sent after the kill to a moved partition can only be answered by the
+            # instance that took the partition over.
+            after = [t for t, p, sent in driver.result_times if sent > killed_at and p in moved]
             if after:
                 takeover = min(after) - killed_at
             await asyncio.sleep(0.01)

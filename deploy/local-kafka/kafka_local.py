@@ -89,13 +89,13 @@ def _is_broker_of(pid: int, config: BrokerConfig) -> bool:
     """True when pid is alive and is the broker started with this data dir's properties."""
     if not _process_alive(pid):
         return False
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except FileNotFoundError:
-        return False
-    except OSError:
+    if not Path("/proc/self").exists():
         # No /proc (not Linux): a live pid recorded by us is the best evidence there is.
         return True
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
     args = raw.split(b"\0")
     return b"kafka.Kafka" in args and str(config.properties_file).encode() in args
 
@@ -108,11 +108,20 @@ def _log_tail(config: BrokerConfig, lines: int = 30) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _die_with_parent() -> None:
+def _die_with_parent_hook() -> Callable[[], None] | None:
+    """A pre-exec hook that makes the kernel kill the child when its parent dies (Linux only)."""
+    if not sys.platform.startswith("linux"):
+        return None
     import ctypes
 
+    # Looked up before the fork: the child must not import or load anything.
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
     pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+    def hook() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+    return hook
 
 
 class LocalBroker:
@@ -253,7 +262,7 @@ class LocalBroker:
                 stderr=subprocess.STDOUT,
                 cwd=config.data_dir,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if config.die_with_parent else None,
+                preexec_fn=_die_with_parent_hook() if config.die_with_parent else None,
             )
         config.pid_file.write_text(f"{self._process.pid}\n")
         return self._process.pid

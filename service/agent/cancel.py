@@ -1,7 +1,7 @@
 """The cancel signal shared by the loop, the model stream and tools of one invocation.
 
-Setting it is idempotent and never raises; the first cancel's message and mode win, except that
-an immediate cancel upgrades a deferred one ("after current tools").
+Setting it is idempotent and never raises; as in the reference, the last message given wins and
+an immediate cancel upgrades a deferred one ("after current tools"), never the reverse.
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ class CancelSignal:
         self._deferred = False
 
     def cancel(self, message: str | None = None, *, after_current_tools: bool = False) -> None:
+        if message is not None:
+            self._message = message
         if self._event.is_set():
             if self._deferred and not after_current_tools:
                 self._deferred = False
             return
-        self._message = message
         self._deferred = after_current_tools
         self._event.set()
 

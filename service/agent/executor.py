@@ -25,6 +25,7 @@ from service.agent.hooks import (
 from service.agent.interrupts import InterruptBook, InterruptSignal
 from service.agent.metrics import InvocationMetrics
 from service.agent.results import (
+    TOOL_CANCELLED_TEXT,
     error_result,
     error_text,
     result_status,
@@ -67,8 +68,9 @@ async def _before_call(run: BatchRun, use: dict[str, Any], tool: Tool | None) ->
     except InterruptSignal as signal:
         run.raised[use["toolUseId"]] = signal.interrupt
         return _SKIP
-    if event.cancel_tool is not None:
-        return error_result(use["toolUseId"], event.cancel_tool)
+    if event.cancel_tool:
+        text = event.cancel_tool if isinstance(event.cancel_tool, str) else TOOL_CANCELLED_TEXT
+        return error_result(use["toolUseId"], text)
     return None
 
 

@@ -81,12 +81,15 @@ class AfterToolsEvent(HookEvent):
 
 @dataclass(slots=True)
 class BeforeToolCallEvent(HookEvent):
-    """Fires before one tool runs; set ``cancel_tool`` to skip it with that error text."""
+    """Fires before one tool runs; set ``cancel_tool`` to skip it.
+
+    A string is the skipped tool's error text; ``True`` gives the reference's default text.
+    """
 
     tool_use: dict[str, Any]
     tool: Tool | None
     invocation_state: dict[str, Any]
-    cancel_tool: str | None = None
+    cancel_tool: bool | str | None = None
     _book: InterruptBook = field(default_factory=InterruptBook, repr=False)
 
     def interrupt(self, name: str, reason: Any = None, response: Any = None) -> Any:

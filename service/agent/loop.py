@@ -71,20 +71,22 @@ async def run_invocation(
         )
     await run.apply_input()
     step, cycle = p.start, p.cycle_index
-    # A deferred cancel stops before the next model call only once this invocation ran a batch.
+    # Set once this invocation completed a batch: a cancel seen before the next model call is
+    # then an after-tools cancel, not a cancelled model stream.
     last_batch: Message | None = None
 
     while True:
         if step == "model":
+            if cancel_signal.is_set and last_batch is not None:
+                # Observed right after this invocation's batch (the reference's after-tools
+                # check): any cancel, deferred included, stops before the model call.
+                yield await run.finish("cancelled", await run.cancel_after_model(last_batch))
+                return
             tripped = run.tripped_limit(limits)
             if tripped is not None:
                 # As in the reference, a limit result carries the last message of history.
                 last = ws.messages[-1] if tripped[1] is None and ws.messages else None
                 yield await run.finish(tripped[0], last, error=tripped[1])
-                return
-            if cancel_signal.deferred and last_batch is not None:
-                # A deferred cancel set after this invocation's batch: stop before the model.
-                yield await run.finish("cancelled", await run.cancel_after_model(last_batch))
                 return
             if cancel_signal.immediate:
                 yield await run.finish("cancelled", await run.cancel_message())

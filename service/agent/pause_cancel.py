@@ -19,21 +19,27 @@ def resolve_cancel(
 ) -> tuple[AgentResult, SessionState]:
     """Cancel a session outside any invocation, resolving its pause if it has one.
 
-    Pending tools get ``Tool execution cancelled`` (completed results are kept), the cancel
-    message ends the turn, and the pending checkpoint or interrupt becomes stale. A session
-    with nothing paused is returned unchanged (with ``message`` None in the result).
+    The history ends as a running invocation cancelled at that point would leave it: with a
+    batch pending (after_model or interrupt pause) its tools get ``Tool execution cancelled``
+    (completed results are kept) and only an explicit ``message`` is appended, the result
+    carrying the toolUse message otherwise; at an after_tools pause the cancel stands in for
+    the next model reply (``message`` or ``Cancelled by user``). The pause becomes stale. A
+    session with nothing paused is returned unchanged (with ``message`` None in the result).
     """
     ws = state.snapshot()
     reply: Message | None = None
-    if ws.pending is not None or ws.checkpoint is not None or ws.inflight is not None:
-        if ws.pending is not None:
-            uses = tool_uses(ws.pending.assistant_message)
-            append_message(ws.messages, results_message(uses, ws.pending.results, CANCELLED_TEXT))
-        text = message or DEFAULT_CANCEL_MESSAGE
-        reply = append_message(ws.messages, {"role": "assistant", "content": [{"text": text}]})
-        ws.pending = None
-        ws.checkpoint = None
-        ws.inflight = None
+    if ws.pending is not None:
+        assistant = ws.pending.assistant_message
+        uses = tool_uses(assistant)
+        append_message(ws.messages, results_message(uses, ws.pending.results, CANCELLED_TEXT))
+        reply = assistant
+        if message is not None:
+            reply = append_message(ws.messages, _text(message))
+    elif ws.checkpoint is not None or ws.inflight is not None:
+        reply = append_message(ws.messages, _text(message or DEFAULT_CANCEL_MESSAGE))
+    ws.pending = None
+    ws.checkpoint = None
+    ws.inflight = None
     if command_id:
         ws.mark_applied(command_id)
     result = AgentResult(
@@ -43,3 +49,7 @@ def resolve_cancel(
         state=ws.agent_state,
     )
     return result, ws
+
+
+def _text(text: str) -> Message:
+    return {"role": "assistant", "content": [{"text": text}]}

@@ -17,6 +17,8 @@ from service.agent.types import ContentBlock
 
 CANCELLED_TEXT = "Tool execution cancelled"
 ABANDONED_TEXT = "Tool was interrupted."
+TOOL_CANCELLED_TEXT = "tool cancelled by user"
+"""A before-tool-call hook's ``cancel_tool = True`` (the reference's wording, lower case)."""
 VALIDATION_PREFIX = "Validation failed for input parameters: "
 
 

@@ -183,4 +183,8 @@ class InvocationRun:
 
     def boundary(self, position: str, cycle: int) -> Boundary:
         self.ws.inflight = Inflight(self.invocation.command_id, position, cycle, False)
-        return Boundary(position, cycle, self.ws.snapshot())
+        snapshot = self.ws.snapshot()
+        # The committed turn totals include this invocation so far: a run recovered from this
+        # boundary keeps counting the turn's limits from here, not from before the crash.
+        snapshot.turn_metrics = add_to_turn(snapshot.turn_metrics, self.metrics.to_dict())
+        return Boundary(position, cycle, snapshot)

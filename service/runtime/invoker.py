@@ -51,6 +51,10 @@ STATE_TOO_LARGE: ErrorCode = "limit_exceeded"
 """Error code of a command whose session state outgrew ``state_record_max_bytes``."""
 
 
+class _AbandonedError(Exception):
+    """The owner is stopping and the invocation is at a committed boundary: leave it there."""
+
+
 class StateTooLargeError(Exception):
     def __init__(self, size: int, limit: int) -> None:
         super().__init__(f"session state of {size} bytes exceeds the limit of {limit} bytes")
@@ -74,6 +78,7 @@ class Invoker:
         store: SessionStore,
         submit: Callable[[Outcome], None],
         durable: Callable[[], Awaitable[None]],
+        stopping: Callable[[], bool],
         topics: TopicSettings,
         state_max_bytes: int,
     ) -> None:
@@ -81,6 +86,7 @@ class Invoker:
         self._store = store
         self._submit = submit
         self._durable = durable
+        self._stopping = stopping
         self._topics = topics
         self._state_max_bytes = state_max_bytes
 
@@ -112,6 +118,14 @@ class Invoker:
             await self._run(work, command, agent, stored)
         except EngineError as exc:
             self._reject(work, stored, exc)
+        except _AbandonedError:
+            # Its offset stays unfinished: the next owner redelivers it and the engine goes on
+            # from the boundary just committed.
+            logger.info(
+                "session_id=<%s>, command_id=<%s> | stopping: invocation left at its boundary",
+                command.session_id,
+                command.command_id,
+            )
         except StateTooLargeError as exc:
             logger.error(
                 "session_id=<%s>, command_id=<%s>, error=<%s> | command failed",
@@ -164,6 +178,8 @@ class Invoker:
                     # Nothing past a boundary (a tool's side effect above all) may happen before
                     # the boundary is committed, or a crash would replay a different future.
                     await self._durable()
+                    if self._stopping():
+                        raise _AbandonedError
                 elif isinstance(event, Stopped):
                     state = event.state
                     state.mark_applied(command.command_id)
@@ -232,6 +248,14 @@ class Invoker:
                 command.session_id,
                 kind,
                 exc.errors()[0]["msg"],
+            )
+            return seq
+        if record.value is not None and len(record.value) > self._state_max_bytes:
+            logger.warning(
+                "session_id=<%s>, kind=<%s>, bytes=<%d> | progress event too large, dropped",
+                command.session_id,
+                kind,
+                len(record.value),
             )
             return seq
         run.events.append(record)

@@ -182,6 +182,7 @@ class PartitionOwner:
             store=store,
             submit=committer.submit,
             durable=committer.flush,
+            stopping=self._stop_requested.is_set,
             topics=self._topics,
             state_max_bytes=settings.runtime.state_record_max_bytes,
         )

@@ -29,9 +29,11 @@ async def cli(cluster: Cluster, *args: str, timeout: float = 60.0) -> tuple[int,
     )
     try:
         out, err = await asyncio.wait_for(process.communicate(), timeout)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
+    except BaseException:
+        # Timed out, or the test ended early (cancelled): never leave the client running.
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
         raise
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()
@@ -184,11 +186,12 @@ async def test_watch_prints_results_as_they_are_committed(
             "Run the slow job for 0.2 seconds",
             contains=("sent     invoke",),
         )
-        await asyncio.wait_for(read_until("stop_reason=end_turn"), 60)
+        await asyncio.wait_for(read_until("assistant: The job is over"), 60)
     finally:
         watcher.terminate()
         await watcher.wait()
     text = "".join(seen)
+    assert "stop_reason=end_turn" in text
     assert "tool started: slow_job" in text
     assert "The job is over: job finished after 0.2s." in text
 
@@ -215,30 +218,35 @@ async def test_cancel_stops_a_running_slow_job(
             timeout=90,
         )
     )
-    # The after_model boundary is committed before the tool runs: the job is under way then.
-    deadline = asyncio.get_running_loop().time() + 60
-    while True:
-        _, out, _ = await cli(cluster, "session", "show", s)
-        if f"running: command {s}-job past after_model" in out:
-            break
-        assert asyncio.get_running_loop().time() < deadline, out
-        assert not invoking.done(), invoking.result()
-    rc, out, err = await cli(
-        cluster,
-        "cancel",
-        "--session",
-        s,
-        "--message",
-        "Stopped from the CLI",
-        "--wait",
-        "--command",
-        f"{s}-job",
-        "--timeout",
-        "30",
-    )
-    assert rc == 0, out + err
-    assert "stop_reason=cancelled" in out
-    rc, out, err = await invoking
-    assert rc == 0, out + err
-    assert "stop_reason=cancelled" in out
-    assert "Stopped from the CLI" in out
+    try:
+        # The after_model boundary is committed before the tool runs: the job is under way then.
+        deadline = asyncio.get_running_loop().time() + 60
+        while True:
+            _, out, _ = await cli(cluster, "session", "show", s)
+            if f"running: command {s}-job past after_model" in out:
+                break
+            assert asyncio.get_running_loop().time() < deadline, out
+            assert not invoking.done(), invoking.result()
+        rc, out, err = await cli(
+            cluster,
+            "cancel",
+            "--session",
+            s,
+            "--message",
+            "Stopped from the CLI",
+            "--wait",
+            "--command",
+            f"{s}-job",
+            "--timeout",
+            "30",
+        )
+        assert rc == 0, out + err
+        assert "stop_reason=cancelled" in out
+        rc, out, err = await invoking
+        assert rc == 0, out + err
+        assert "stop_reason=cancelled" in out
+        assert "Stopped from the CLI" in out
+    finally:
+        if not invoking.done():
+            invoking.cancel()
+            await asyncio.gather(invoking, return_exceptions=True)

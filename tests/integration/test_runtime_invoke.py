@@ -3,6 +3,9 @@ instances, interrupts, duplicates. Every service instance is a real OS process."
 
 from __future__ import annotations
 
+import base64
+import os
+
 import pytest
 
 from tests.support.runtime_harness import (
@@ -186,3 +189,26 @@ async def test_invalid_command_gets_an_error_result_and_garbage_goes_to_the_dlq(
             assert (dead["key"], dead["value"]) == (b"k", b"\x00not json")
             assert dead["headers"]["cairn.dlq.source.topic"] == cluster.topics.commands.encode()
         assert await proc.terminate() == 0
+
+
+async def test_a_state_over_the_size_limit_fails_that_command_loudly(cluster: Cluster) -> None:
+    session = unique("s")
+    with services() as procs:
+        proc = cluster.start(CAIRN_RUNTIME__STATE_RECORD_MAX_BYTES="4000")
+        procs.append(proc)
+        await proc.wait_ready()
+        async with Client(cluster) as client:
+            # Random text does not compress: the state would hold it and outgrow the limit.
+            huge = invoke(session, base64.b64encode(os.urandom(30_000)).decode(), agent="simple")
+            small = invoke(session, "hi", agent="simple")
+            await client.send(huge, small)
+            await client.result(small["command_id"], alive=proc)
+        assert await proc.terminate() == 0
+    [failed] = client.results_for(huge["command_id"])
+    assert failed["stop_reason"] == "error"
+    assert failed["error"]["code"] == "limit_exceeded"
+    assert "exceeds the limit of 4000 bytes" in failed["error"]["message"]
+    [after] = client.results_for(small["command_id"])
+    # The failed command left no trace in the session: the next prompt is its first turn.
+    assert after["stop_reason"] == "end_turn"
+    assert after["message"]["content"] == [{"text": "done turn 1"}]
