@@ -1,8 +1,8 @@
 """The control-topic seam of one partition: where cancel commands arrive.
 
-Guarantee (of this minimal version): every control record is accounted for exactly once: its
-offset is finished through the committer, so it is never re-read after a commit. Acting on a
-cancel is not implemented here; records are logged and acknowledged.
+Guarantee: every control record is accounted for exactly once, its offset committed only with
+its effect: a cancel's own result and state (through its session queue), an ``error`` result for
+an invalid one that names its session and id, or a dead-letter record for the rest.
 """
 
 from __future__ import annotations
@@ -10,20 +10,60 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from service.runtime.records import session_key
-from service.runtime.work import InputRecord, Outcome
+from service.runtime.cancels import CancelDesk
+from service.runtime.records import dlq_record, session_key
+from service.runtime.work import CommandWork, InputRecord, Outcome
+from service.wire.codec import decode_control
+from service.wire.commands import CancelCommand
+from service.wire.errors import WireError
 
 logger = logging.getLogger(__name__)
 
 
+def parse_cancel(record: InputRecord) -> CancelCommand:
+    """Decode a control-topic record; raises :class:`WireError` when it is not a cancel."""
+    if record.value is None:
+        raise WireError("record has no value")
+    return decode_control(record.value, key=record.key)
+
+
 class ControlHandler:
-    def __init__(self, submit: Callable[[Outcome], None]) -> None:
+    def __init__(
+        self,
+        submit: Callable[[Outcome], None],
+        desk: CancelDesk,
+        put: Callable[[CommandWork], None],
+        dlq_topic: str,
+    ) -> None:
         self._submit = submit
+        self._desk = desk
+        self._put = put
+        self._dlq_topic = dlq_topic
 
     def handle(self, record: InputRecord) -> None:
+        try:
+            cancel = parse_cancel(record)
+        except WireError as exc:
+            if exc.answerable and exc.session_id is not None:
+                self._put(CommandWork(record, exc.session_id, None, exc))
+                return
+            logger.warning(
+                "key=<%s>, offset=<%d>, reason=<%s> | undecodable control record sent to the dlq",
+                session_key(record),
+                record.origin.offset,
+                exc.reason,
+            )
+            self._submit(
+                Outcome(
+                    records=[dlq_record(self._dlq_topic, record, exc.reason, exc.code)],
+                    finished=[record.origin],
+                )
+            )
+            return
         logger.info(
-            "session_id=<%s>, offset=<%d> | control record acknowledged without action",
-            session_key(record),
-            record.origin.offset,
+            "session_id=<%s>, cancel_id=<%s>, target=<%s> | cancel read",
+            cancel.session_id,
+            cancel.command_id,
+            cancel.target_command_id,
         )
-        self._submit(Outcome(finished=[record.origin]))
+        self._put(self._desk.read(record, cancel))

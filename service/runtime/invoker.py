@@ -159,7 +159,8 @@ class Invoker:
         run = _Run(work=work, stored=stored, events=[], text=[])
         seq = stored.event_seq
         events = cast(
-            "AsyncGenerator[Event, None]", run_invocation(agent, stored.state, invocation)
+            "AsyncGenerator[Event, None]",
+            run_invocation(agent, stored.state, invocation, cancel=work.cancel),
         )
         try:
             async for event in events:

@@ -21,6 +21,7 @@ from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
 from service.agent.definition import AgentDefinition
 from service.runtime.clients import transactional_producer
 from service.runtime.committer import CommitObserver, Committer
+from service.runtime.cancels import CancelDesk
 from service.runtime.control import ControlHandler
 from service.runtime.faults import FaultPoints
 from service.runtime.invoker import Invoker
@@ -187,10 +188,15 @@ class PartitionOwner:
             state_max_bytes=settings.runtime.state_record_max_bytes,
         )
         self._committer = committer
-        self._control = ControlHandler(committer.submit)
+        cancels = CancelDesk(
+            store=store, submit=committer.submit, topics=self._topics, agents=self._ctx.agents
+        )
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(committer.run())
-            self._queues = SessionQueues(tasks, invoker.handle)
+            self._queues = SessionQueues(tasks, cancels.wrap(invoker.handle))
+            self._control = ControlHandler(
+                committer.submit, cancels, self._queues.put, self._topics.dlq
+            )
             self._restored = True
             self._ctx.on_restored(self.partition)
             buffered, self._buffer = self._buffer, []

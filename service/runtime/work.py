@@ -39,6 +39,8 @@ class CommandWork:
     command: Any
     """The wire's decoded command, or ``None`` when decoding failed (see ``error``)."""
     error: Exception | None = None
+    cancel: Any = None
+    """The invocation's cancel signal (an engine ``CancelSignal``), set just before it runs."""
 
 
 @dataclass(frozen=True, slots=True)

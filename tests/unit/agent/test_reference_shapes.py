@@ -625,3 +625,20 @@ async def test_cancel_tool_from_a_hook() -> None:
     assert out.state.messages[2] == user(
         err("e1", "tool cancelled by user"), err("e2", "custom"), ok("e3", "c")
     )
+
+
+@pytest.mark.parametrize("mode", ["now", "deferred"])
+async def test_cancel_inside_a_tool_beats_the_after_tools_checkpoint(mode: str) -> None:
+    batch = [call("stopper", "s1", text="a", mode=mode), call("echo", "e2", text="b")]
+    agent = make_agent([batch, "never"], tools=[stopper, echo])
+    paused = await invoke(agent, new_state(), "go")
+    out = await invoke(agent, paused.state, resume(paused), cancel=CancelSignal())
+    second = ok("e2", "b") if mode == "deferred" else err("e2", "Tool execution cancelled")
+    assert reference_view(out.result) == {
+        "type": "agent_result",
+        "message": paused.result.message,
+        "stop_reason": "cancelled",
+        "checkpoint": None,
+        "interrupts": None,
+    }
+    assert out.state.messages[2:] == [user(ok("s1", "stopped:a"), second)]

@@ -3,6 +3,7 @@ null answers, cancel while answering, cancel observed at a boundary, cancelled p
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -248,3 +249,47 @@ async def test_turn_limits_survive_a_crash_recovered_invocation() -> None:
     assert model_of(recovered_agent).calls == 0, "the crashed run's model calls still count"
     assert out.state.messages == full.state.messages
     assert out.state.turn_metrics["cycles"] == 2
+
+
+@tool
+async def patient(context: ToolContext) -> str:
+    """Work until an immediate cancel; a deferred one lets it finish."""
+    try:
+        await asyncio.wait_for(context.cancel.wait(), 0.2)
+    except TimeoutError:
+        return "finished"
+    return "stopped early"
+
+
+@pytest.mark.parametrize(("deferred", "text"), [(True, "finished"), (False, "stopped early")])
+async def test_a_cooperative_tool_is_woken_by_an_immediate_cancel_only(
+    deferred: bool, text: str
+) -> None:
+    signal = CancelSignal()
+
+    @tool(inline=True)
+    def trigger() -> str:
+        """Request the cancel, then let the next tool run."""
+        signal.cancel(after_current_tools=deferred)
+        return "requested"
+
+    agent = make_agent(
+        [[call("trigger", "t"), call("patient", "p")], "never"],
+        checkpointing=False,
+        tools=[trigger, patient],
+        executor="concurrent",
+    )
+    out = await invoke(agent, new_state(), "go", cancel=signal)
+    assert out.stop == "cancelled"
+    assert results_of(out.state.messages[2])[1]["content"] == [{"text": text}]
+
+
+async def test_an_upgrade_to_immediate_wakes_waiters() -> None:
+    signal = CancelSignal()
+    waiter = asyncio.ensure_future(signal.wait())
+    signal.cancel(after_current_tools=True)
+    await asyncio.sleep(0)
+    assert not waiter.done() and signal.deferred
+    signal.cancel()
+    await asyncio.wait_for(waiter, 1.0)
+    assert signal.immediate and not signal.deferred

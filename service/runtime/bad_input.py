@@ -1,0 +1,82 @@
+"""Classification of refused checkpoint resumes against the session they address.
+
+Guarantee: a resume the wire refused as a malformed checkpoint is answered with the code the
+engine's order of checks gives (interrupt pending, then checkpointing off, then malformed,
+incompatible, stale), never with a code that skips an earlier check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from service.agent.definition import AgentDefinition
+from service.agent.errors import EngineError
+from service.agent.invocation import Invocation, plan
+from service.agent.state import SessionState
+from service.runtime.work import CommandWork
+from service.sessions.store import StoredSession
+from service.wire.errors import WireError
+
+_PAYLOAD_FIELDS = ("resume", "prompt")
+
+
+def classify_refusal(
+    work: CommandWork,
+    stored: StoredSession | None,
+    agents: Mapping[str, AgentDefinition],
+) -> Exception | None:
+    """The error to answer ``work`` with: the engine's verdict on a refused checkpoint resume.
+
+    The wire refuses a malformed or list-wrapped checkpoint resume before any session is looked
+    at; the engine checks the session first. Only when the session passes those earlier checks
+    does the wire's ``checkpoint_incompatible`` stand.
+    """
+    error = work.error
+    if not isinstance(error, WireError) or error.code != "checkpoint_incompatible":
+        return error
+    raw = _raw(work.record.value)
+    if raw is None or error.command_id is None:
+        return error
+    state = stored.state if stored is not None else SessionState(session_id=work.session_id)
+    name = raw.get("agent") if isinstance(raw.get("agent"), str) else state.agent
+    agent = agents.get(name) if name else None
+    if agent is None:
+        return error
+    checkpointing = raw.get("checkpointing")
+    invocation = Invocation(
+        command_id=error.command_id,
+        input=_payload(raw),
+        checkpointing=checkpointing if isinstance(checkpointing, bool) else None,
+    )
+    try:
+        plan(agent, state, invocation)
+    except EngineError as exc:
+        if exc.code in ("interrupt_pending", "checkpointing_disabled"):
+            return exc
+    return error
+
+
+def _raw(value: bytes | None) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    try:
+        raw = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return None
+    return raw if isinstance(raw, dict) else None
+
+
+def _payload(raw: dict[str, Any]) -> Any:
+    """The refused resume payload as the engine would see it (always checkpoint-shaped)."""
+    for name in _PAYLOAD_FIELDS:
+        value = raw.get(name)
+        if isinstance(value, dict) and "checkpointResume" in value:
+            return value
+        if isinstance(value, list) and any(
+            isinstance(item, dict) and "checkpointResume" in item for item in value
+        ):
+            return value
+    return {"checkpointResume": None}

@@ -1,0 +1,229 @@
+"""Cancels of one partition: what a cancel stops, skips, resolves or answers ahead, in session order.
+
+Guarantees: a cancel is answered by exactly one result of its own, committed with its control
+offset and the session state it leaves (so a crash before that commit re-reads it, and a
+re-read after it is recognised by its applied id); a running invocation it covers is signalled at
+once; a command it covers never starts and is answered ``cancelled`` exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+from service.agent.cancel import CancelSignal
+from service.agent.definition import AgentDefinition
+from service.agent.loop import resolve_cancel
+from service.agent.state import SessionState
+from service.agent.types import AgentResult
+from service.runtime.bad_input import classify_refusal
+from service.runtime.records import ParsedCommand, result_record
+from service.runtime.work import CommandWork, InputRecord, Outcome, OutRecord, StateWrite
+from service.sessions.codec import encode_state
+from service.sessions.store import SessionStore, StoredSession
+from service.settings import TopicSettings
+from service.wire.commands import CancelCommand
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[[CommandWork], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class _Running:
+    work: CommandWork
+    signal: CancelSignal
+
+
+class CancelDesk:
+    """Remembers the cancels of one partition's sessions and applies them to their commands.
+
+    "Published before" is decided by record timestamps: a command whose record timestamp is not
+    later than an untargeted cancel's is covered by it (Kafka orders nothing across topics, and
+    the producer's timestamp is the only publication order the two topics share).
+    """
+
+    def __init__(
+        self,
+        *,
+        store: SessionStore,
+        submit: Callable[[Outcome], None],
+        topics: TopicSettings,
+        agents: Mapping[str, AgentDefinition],
+    ) -> None:
+        self._store = store
+        self._submit = submit
+        self._topics = topics
+        self._agents = agents
+        self._covers_until: dict[str, int] = {}
+        self._targets: dict[str, set[str]] = {}
+        self._running: dict[str, _Running] = {}
+
+    def read(self, record: InputRecord, cancel: CancelCommand) -> CommandWork:
+        """Take a cancel as it is read: signal what it stops now; the work answers it in order."""
+        session_id = cancel.session_id
+        work = CommandWork(record, session_id, cancel)
+        if self._applied(session_id, cancel.command_id):
+            return work
+        running = self._running.get(session_id)
+        target = cancel.target_command_id
+        if target is not None:
+            self._targets.setdefault(session_id, set()).add(target)
+            hit = running is not None and _command_id(running.work) == target
+        else:
+            covered = max(self._covers_until.get(session_id, -1), record.timestamp_ms)
+            self._covers_until[session_id] = covered
+            hit = running is not None and running.work.record.timestamp_ms <= covered
+        if running is not None and hit:
+            logger.info(
+                "session_id=<%s>, command_id=<%s>, cancel_id=<%s> | signalling running invocation",
+                session_id,
+                _command_id(running.work),
+                cancel.command_id,
+            )
+            running.signal.cancel(cancel.message, after_current_tools=cancel.after_current_tools)
+        return work
+
+    def wrap(self, handler: Handler) -> Handler:
+        """The session-queue handler: cancels answered, covered commands skipped, others run."""
+
+        async def handle(work: CommandWork) -> None:
+            command = work.command
+            if isinstance(command, CancelCommand):
+                self._answer(work, command)
+                return
+            if command is None:
+                stored = self._store.get(work.session_id)
+                work.error = classify_refusal(work, stored, self._agents)
+                await handler(work)
+                return
+            if self._covered(work, command):
+                self._skip(work, command)
+                return
+            signal = CancelSignal()
+            work.cancel = signal
+            self._running[work.session_id] = _Running(work, signal)
+            try:
+                await handler(work)
+            finally:
+                self._running.pop(work.session_id, None)
+
+        return handle
+
+    def _applied(self, session_id: str, command_id: str) -> bool:
+        stored = self._store.get(session_id)
+        return stored is not None and command_id in stored.state.applied_commands
+
+    def _covered(self, work: CommandWork, command: ParsedCommand) -> bool:
+        session_id = work.session_id
+        if self._applied(session_id, command.command_id):
+            return False  # a redelivery: the invoker recognises it and answers nothing
+        targets = self._targets.get(session_id)
+        if targets is not None and command.command_id in targets:
+            return True
+        return work.record.timestamp_ms <= self._covers_until.get(session_id, -1)
+
+    def _skip(self, work: CommandWork, command: ParsedCommand) -> None:
+        """Answer a covered command ``cancelled`` without running it."""
+        session_id = work.session_id
+        self._forget_target(session_id, command.command_id)
+        stored = self._store.get(session_id)
+        state = (
+            stored.state
+            if stored is not None
+            else SessionState(session_id=session_id, agent=command.agent or "")
+        )
+        inflight = state.inflight
+        if inflight is not None and inflight.command_id == command.command_id:
+            # It ran up to a boundary before a crash: close its turn as a cancel there would have.
+            result, state = resolve_cancel(state, None, command_id=command.command_id)
+        else:
+            result = _plain_cancelled(state)
+            state = state.copy()
+            state.mark_applied(command.command_id)
+        logger.info(
+            "session_id=<%s>, command_id=<%s> | command covered by a cancel, answered cancelled",
+            session_id,
+            command.command_id,
+        )
+        record = result_record(
+            self._topics.results, session_id, command.command_id, result, command.metadata
+        )
+        self._commit(work, stored, state, [record])
+
+    def _answer(self, work: CommandWork, cancel: CancelCommand) -> None:
+        """The cancel's own result, after everything before it in its session was dealt with."""
+        session_id = work.session_id
+        stored = self._store.get(session_id)
+        state = stored.state if stored is not None else SessionState(session_id=session_id)
+        if cancel.command_id in state.applied_commands:
+            self._submit(Outcome(finished=[work.record.origin]))
+            return
+        records: list[OutRecord] = []
+        target = cancel.target_command_id
+        if target is None:
+            result, state = resolve_cancel(state, cancel.message, command_id=cancel.command_id)
+        else:
+            self._forget_target(session_id, target)
+            result = _plain_cancelled(state)
+            state = state.copy()
+            if target not in state.applied_commands:
+                # Not seen yet: answer it now; when it arrives it is a known, answered command.
+                records.append(
+                    result_record(self._topics.results, session_id, target, result, None)
+                )
+                state.mark_applied(target)
+            state.mark_applied(cancel.command_id)
+        logger.info(
+            "session_id=<%s>, cancel_id=<%s>, target=<%s>, resolved=<%s> | cancel answered",
+            session_id,
+            cancel.command_id,
+            target,
+            result.message is not None,
+        )
+        records.append(
+            result_record(self._topics.results, session_id, cancel.command_id, result, None)
+        )
+        self._commit(work, stored, state, records)
+
+    def _commit(
+        self,
+        work: CommandWork,
+        stored: StoredSession | None,
+        state: SessionState,
+        records: list[OutRecord],
+    ) -> None:
+        seq = stored.event_seq if stored is not None else 0
+        self._store.put(state.session_id, StoredSession(state, seq))
+        self._submit(
+            Outcome(
+                records=records,
+                state=StateWrite(state.session_id, encode_state(state), seq),
+                finished=[work.record.origin],
+                results=len(records),
+            )
+        )
+
+    def _forget_target(self, session_id: str, command_id: str) -> None:
+        targets = self._targets.get(session_id)
+        if targets is None:
+            return
+        targets.discard(command_id)
+        if not targets:
+            del self._targets[session_id]
+
+
+def _command_id(work: CommandWork) -> str | None:
+    command = work.command
+    return command.command_id if isinstance(command, ParsedCommand) else None
+
+
+def _plain_cancelled(state: SessionState) -> AgentResult:
+    """A ``cancelled`` result that resolves nothing (the session's pause, if any, is kept)."""
+    bare = state.snapshot()
+    bare.pending = None
+    bare.checkpoint = None
+    bare.inflight = None
+    result, _ = resolve_cancel(bare)
+    return result
