@@ -108,8 +108,11 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
             key: wall_median / figure for key, figure in QUOTED_REFERENCE.items()
         }
         results["targets"] = TARGETS
+        # Met only when met on both clocks: load can flatter either one.
         results["targets_met"] = all(
-            results["ratios"]["wall"][key] >= target for key, target in TARGETS.items()
+            results["ratios"][clock][key] >= target
+            for clock in CLOCKS
+            for key, target in TARGETS.items()
         )
     return results
 

@@ -41,6 +41,13 @@ STEPS_PER_TURN = 7  # 3 tool cycles with checkpointing: 2 pauses per cycle, then
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine spent busy (all processes, all cores)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return (sum(fields[:8]) - idle) / CLK_TCK
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
@@ -267,6 +274,7 @@ async def bench(args: argparse.Namespace, bootstrap: str, broker_pid: int | None
         "CAIRN_LOG_LEVEL": "INFO",
         "CAIRN_RUNTIME__MAX_IN_FLIGHT": str(args.max_in_flight),
         "CAIRN_RUNTIME__COMMIT_INTERVAL_MS": str(args.commit_interval_ms),
+        "CAIRN_RUNTIME__OFFSETS_EVERY_MS": str(args.offsets_every_ms),
     }
     first = cluster.start("bench-a", **env)
     second: ServiceProcess | None = None
@@ -275,6 +283,7 @@ async def bench(args: argparse.Namespace, bootstrap: str, broker_pid: int | None
         "partitions": args.partitions,
         "sessions": args.sessions,
         "commit_interval_ms": args.commit_interval_ms,
+        "offsets_every_ms": args.offsets_every_ms,
         "steps_per_turn": STEPS_PER_TURN,
         "cpus": os.cpu_count(),
     }
@@ -287,6 +296,7 @@ async def bench(args: argparse.Namespace, bootstrap: str, broker_pid: int | None
         cpu_before = cpu_seconds(first.pid)
         broker_before = cpu_seconds(broker_pid) if broker_pid else None
         driver_before = time.process_time()
+        machine_before = machine_busy_seconds()
         window = await driver.run_closed(args.duration, args.warmup)
         elapsed = time.perf_counter() - window.started
         cpu_used = cpu_seconds(first.pid) - cpu_before
@@ -311,6 +321,10 @@ async def bench(args: argparse.Namespace, bootstrap: str, broker_pid: int | None
             "driver_cpu_util": round(
                 (time.process_time() - driver_before) / (elapsed + args.warmup), 2
             ),
+            "machine_cpu_util": round(
+                (machine_busy_seconds() - machine_before) / (elapsed + args.warmup), 2
+            ),
+            "load_average_1m": round(os.getloadavg()[0], 2),
             "commit": stats,
         }
 
@@ -369,10 +383,12 @@ def table(report: dict[str, Any]) -> str:
         ("committed steps/s at saturation", f"{sat['steps_per_s']}", ">= 1000"),
         ("  service CPU per step (ms)", f"{sat['service_cpu_ms_per_step']}", ""),
         (
-            "  service / broker / driver CPU (cores)",
-            f"{sat['service_cpu_util']} / {sat['broker_cpu_util']} / {sat['driver_cpu_util']}",
+            "  service / broker / driver / whole machine CPU (cores)",
+            f"{sat['service_cpu_util']} / {sat['broker_cpu_util']} / {sat['driver_cpu_util']}"
+            f" / {sat['machine_cpu_util']}",
             "",
         ),
+        ("  load average (1 min)", f"{sat['load_average_1m']}", ""),
         (
             "  commit ms avg (max)",
             f"{sat['commit'].get('commit_ms_avg')} ({sat['commit'].get('commit_ms_max')})",
@@ -400,6 +416,7 @@ def main() -> int:
     parser.add_argument("--takeover-rate", type=float, default=100.0)
     parser.add_argument("--max-in-flight", type=int, default=1000)
     parser.add_argument("--commit-interval-ms", type=int, default=10)
+    parser.add_argument("--offsets-every-ms", type=int, default=0)
     parser.add_argument("--broker-pid", type=int, default=None, help="for CPU accounting")
     parser.add_argument("--out", default=str(REPO / "bench-results" / "runtime.json"))
     args = parser.parse_args()

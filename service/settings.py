@@ -70,6 +70,11 @@ class RuntimeSettings(BaseModel):
     """Commands accepted but not yet committed, per instance; fetching pauses above it."""
     commit_interval_ms: int = Field(default=10, ge=0)
     """Minimum spacing between two transactions of one partition: the batching window."""
+    offsets_every_ms: int = Field(default=0, ge=0)
+    """Input offsets join a transaction at most this often (0: every transaction). Commands
+    re-read after a crash are recognised by the applied command ids in their session state, so
+    lagging offsets cost only replays; records no state records (dead letters, answers to
+    session-less commands, control) always commit their offsets at once."""
     transaction_timeout_ms: int = Field(default=30_000, gt=0)
     """Broker-side bound of one transaction; a stuck zombie's transaction aborts after it."""
     commit_timeout_s: float = Field(default=15.0, gt=0)

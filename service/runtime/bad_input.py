@@ -13,12 +13,16 @@ from typing import Any
 import orjson
 
 from service.agent.definition import AgentDefinition
-from service.agent.errors import EngineError
+from service.agent.errors import (
+    CheckpointingDisabledError,
+    EngineError,
+    InterruptPendingError,
+)
 from service.agent.invocation import Invocation, plan
 from service.agent.state import SessionState
 from service.runtime.work import CommandWork
 from service.sessions.store import StoredSession
-from service.wire.errors import WireError
+from service.wire.errors import ErrorCode, WireError
 
 _PAYLOAD_FIELDS = ("resume", "prompt")
 
@@ -53,9 +57,21 @@ def classify_refusal(
     )
     try:
         plan(agent, state, invocation)
-    except EngineError as exc:
-        if exc.code in ("interrupt_pending", "checkpointing_disabled"):
-            return exc
+    except (InterruptPendingError, CheckpointingDisabledError) as exc:
+        code: ErrorCode = (
+            "interrupt_pending"
+            if isinstance(exc, InterruptPendingError)
+            else "checkpointing_disabled"
+        )
+        # A wire error keeps the command id, so the error result can name the command.
+        return WireError(
+            exc.message,
+            code=code,
+            session_id=error.session_id,
+            command_id=error.command_id,
+        )
+    except EngineError:
+        pass
     return error
 
 

@@ -1,4 +1,4 @@
-"""Cancels of one partition: what a cancel stops, skips, resolves or answers ahead, in session order.
+"""Cancels of one partition: what a cancel stops, skips, resolves or answers ahead, in order.
 
 Guarantees: a cancel is answered by exactly one result of its own, committed with its control
 offset and the session state it leaves (so a crash before that commit re-reads it, and a

@@ -8,6 +8,7 @@ work already done), and one partition has at most one transaction open at any mo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -43,6 +44,7 @@ class Committer:
         partition: int,
         trackers: dict[str, OffsetTracker],
         interval_s: float,
+        offsets_every_s: float,
         timeout_s: float,
         faults: FaultPoints,
         observer: CommitObserver | None = None,
@@ -54,6 +56,9 @@ class Committer:
         self._partition = partition
         self._trackers = trackers
         self._interval_s = interval_s
+        self._offsets_every_s = offsets_every_s
+        self._offsets_committed_at = 0.0
+        self._offsets_lagging = False
         self._timeout_s = timeout_s
         self._faults = faults
         self._observer = observer
@@ -81,13 +86,19 @@ class Committer:
         """Commit forever; raises :class:`CommitFailedError` (or a fencing error) on failure."""
         last_start = 0.0
         while True:
-            await self._wakeup.wait()
+            if self._offsets_lagging:
+                # Idle with offsets behind: an offsets-only commit follows after the interval.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._offsets_every_s):
+                        await self._wakeup.wait()
+            else:
+                await self._wakeup.wait()
             delay = last_start + self._interval_s - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
             self._wakeup.clear()
             batch, self._pending = self._pending, []
-            if not batch:
+            if not batch and not self._offsets_lagging:
                 continue
             last_start = time.monotonic()
             await self._commit(batch)
@@ -104,15 +115,26 @@ class Committer:
             for origin in outcome.finished:
                 self._trackers[origin.topic].finished(origin.offset)
         offsets = {}
-        for topic, tracker in self._trackers.items():
-            position = tracker.take_commit()
-            if position is not None:
-                offsets[TopicPartition(topic, self._partition)] = OffsetAndMetadata(position, "")
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                await self._transact(records, offsets)
-        except TimeoutError as exc:
-            raise CommitFailedError(f"commit of partition {self._partition} timed out") from exc
+        if (
+            not batch
+            or any(outcome.replay_unsafe for outcome in batch)
+            or started - self._offsets_committed_at >= self._offsets_every_s
+        ):
+            for topic, tracker in self._trackers.items():
+                position = tracker.take_commit()
+                if position is not None:
+                    tp = TopicPartition(topic, self._partition)
+                    offsets[tp] = OffsetAndMetadata(position, "")
+            self._offsets_committed_at = started
+        self._offsets_lagging = any(
+            tracker.position != tracker.committed for tracker in self._trackers.values()
+        )
+        if records or offsets:
+            try:
+                async with asyncio.timeout(self._timeout_s):
+                    await self._transact(records, offsets)
+            except TimeoutError as exc:
+                raise CommitFailedError(f"commit of partition {self._partition} timed out") from exc
         elapsed = time.monotonic() - started
         if self._on_finished is not None:
             self._on_finished(finished)
@@ -132,21 +154,14 @@ class Committer:
         self, records: list[OutRecord], offsets: dict[TopicPartition, OffsetAndMetadata]
     ) -> None:
         producer = self._producer
-        t0 = time.monotonic()
         await producer.begin_transaction()
-        t1 = time.monotonic()
         deliveries = await self._send_batched(records)
-        t2 = time.monotonic()
         if offsets:
             await producer.send_offsets_to_transaction(offsets, self._group_id)
-        t3 = time.monotonic()
         if deliveries:
             await asyncio.gather(*deliveries)
-        t4 = time.monotonic()
         self._faults.reached("after_produce_before_commit")
         await producer.commit_transaction()
-        t5 = time.monotonic()
-        logger.warning("DBG n=%d begin=%.0f send=%.0f offs=%.0f deliv=%.0f commit=%.0f", len(records), (t1-t0)*1000, (t2-t1)*1000, (t3-t2)*1000, (t4-t3)*1000, (t5-t4)*1000)
         self._faults.reached("after_commit")
 
     async def _send_batched(self, records: list[OutRecord]) -> list[asyncio.Future[object]]:

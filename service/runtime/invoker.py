@@ -286,7 +286,7 @@ class Invoker:
         command: ParsedCommand | None = work.command
         command_id = command.command_id if command is not None else _wire_command_id(work.error)
         metadata = command.metadata if command is not None else None
-        outcome = Outcome(finished=[work.record.origin], results=1)
+        outcome = Outcome(finished=[work.record.origin], results=1, replay_unsafe=True)
         outcome.records.append(
             failure_record(
                 self._topics.results, work.session_id, command_id or "", code, message, metadata
@@ -299,6 +299,7 @@ class Invoker:
             state.inflight = None
             state.mark_applied(command_id)
             outcome.state = StateWrite(work.session_id, encode_state(state), seq)
+            outcome.replay_unsafe = False
             self._store.put(work.session_id, StoredSession(state, seq))
         self._submit(outcome)
 

@@ -52,5 +52,10 @@ class OffsetTracker:
         return position
 
     @property
+    def committed(self) -> int:
+        """The position last handed out by :meth:`take_commit`."""
+        return self._committed
+
+    @property
     def unfinished(self) -> int:
         return sum(1 for done in self._open.values() if not done)

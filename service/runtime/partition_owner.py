@@ -19,9 +19,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
 
 from service.agent.definition import AgentDefinition
+from service.runtime.cancels import CancelDesk
 from service.runtime.clients import transactional_producer
 from service.runtime.committer import CommitObserver, Committer
-from service.runtime.cancels import CancelDesk
 from service.runtime.control import ControlHandler
 from service.runtime.faults import FaultPoints
 from service.runtime.invoker import Invoker
@@ -36,6 +36,8 @@ from service.wire.errors import WireError
 logger = logging.getLogger(__name__)
 
 FENCING_ERRORS = (ProducerFenced, InvalidProducerEpoch)
+_PRODUCER_CLOSE_S = 2.0
+"""Bound on closing a producer; an open transaction it leaves is aborted by the next owner."""
 
 
 class OwnerExit(enum.Enum):
@@ -155,7 +157,7 @@ class PartitionOwner:
             self._ctx.inflight.count -= self._accepted - self._finished
             self._accepted = self._finished
             with contextlib.suppress(Exception):
-                async with asyncio.timeout(5):
+                async with asyncio.timeout(_PRODUCER_CLOSE_S):
                     await producer.stop()
         return self.exit or OwnerExit.STOPPED
 
@@ -173,6 +175,7 @@ class PartitionOwner:
             partition=self.partition,
             trackers=self._trackers,
             interval_s=settings.runtime.commit_interval_ms / 1000,
+            offsets_every_s=settings.runtime.offsets_every_ms / 1000,
             timeout_s=settings.runtime.commit_timeout_s,
             faults=self._ctx.faults,
             observer=self._ctx.observer,
@@ -269,6 +272,7 @@ class PartitionOwner:
                 Outcome(
                     records=[dlq_record(self._topics.dlq, record, exc.reason, exc.code)],
                     finished=[record.origin],
+                    replay_unsafe=True,
                 )
             )
             return

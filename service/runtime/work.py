@@ -68,3 +68,6 @@ class Outcome:
     finished: list[Origin] = field(default_factory=list)
     results: int = 0
     """How many of ``records`` are results (for the committed-steps count)."""
+    replay_unsafe: bool = False
+    """Its input offsets must be committed with it: a redelivery would not be recognised (no
+    session state records it), e.g. a dead letter or an answer to a session-less command."""

@@ -89,21 +89,35 @@ async def test_kill_during_a_tool_batch_reruns_it_with_the_same_idempotency_key(
     assert [m["index"] for m in cluster.model_calls() if m["pid"] == fresh.pid] == [1, 2]
 
 
-@pytest.mark.parametrize("point", ["after_produce_before_commit", "after_commit"])
+@pytest.mark.parametrize(
+    ("point", "offsets_every_ms", "kill_after"),
+    [
+        ("after_produce_before_commit", "0", "5"),
+        ("after_commit", "0", "5"),
+        # Offsets lag the results: the fresh instance re-reads answered commands and must
+        # recognise every one of them from the session states.
+        ("after_commit", "60000", "20"),
+    ],
+)
 async def test_kill_between_producing_and_committing_loses_and_doubles_nothing(
-    cluster: Cluster, point: str
+    cluster: Cluster, point: str, offsets_every_ms: str, kill_after: str
 ) -> None:
     sessions = [unique("s") for _ in range(12)]
     commands = [invoke(s, f"turn {k}", agent="cycles") for k in range(2) for s in sessions]
     with services() as procs:
-        victim = cluster.start("victim", CAIRN_FAULTS__KILL_AT=point, CAIRN_FAULTS__KILL_AFTER="5")
+        victim = cluster.start(
+            "victim",
+            CAIRN_FAULTS__KILL_AT=point,
+            CAIRN_FAULTS__KILL_AFTER=kill_after,
+            CAIRN_RUNTIME__OFFSETS_EVERY_MS=offsets_every_ms,
+        )
         procs.append(victim)
         await victim.wait_ready()
         async with Client(cluster) as client:
             await client.send(*commands)
             await wait_for(lambda: not victim.alive, 30, "the victim killing itself")
             assert "fault point reached, killing" in victim.text()
-            fresh = cluster.start("fresh")
+            fresh = cluster.start("fresh", CAIRN_RUNTIME__OFFSETS_EVERY_MS=offsets_every_ms)
             procs.append(fresh)
             await client.wait_results(len(commands), timeout=60, alive=fresh)
             assert await fresh.terminate() == 0
@@ -118,6 +132,8 @@ async def test_kill_between_producing_and_committing_loses_and_doubles_nothing(
     tools = Counter(c["idempotency_key"] for c in cluster.tool_calls())
     assert max(tools.values()) <= 2
     assert len(tools) == len(commands) * 2
+    if offsets_every_ms != "0":
+        assert "duplicate command, already answered" in fresh.text()
 
 
 async def test_a_failed_commit_recreates_the_partition_owner_and_loses_nothing(

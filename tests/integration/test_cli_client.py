@@ -196,9 +196,6 @@ async def test_watch_prints_results_as_they_are_committed(
     assert "The job is over: job finished after 0.2s." in text
 
 
-@pytest.mark.xfail(
-    strict=True, reason="cancel on the control topic is not applied by the runtime yet"
-)
 async def test_cancel_stops_a_running_slow_job(
     cluster: Cluster, demo_service: ServiceProcess
 ) -> None:

@@ -1,0 +1,252 @@
+"""Bad input on the commands and control topics against a real broker and a real service process.
+
+A record that cannot be tied to a session goes to the dead-letter topic unchanged (key, value and
+headers kept; reason and source in headers); one that names its session and command id gets one
+``error`` result with the documented code. Valid traffic goes on all the while.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import pytest_asyncio
+
+from service.wire.dlq import (
+    DLQ_CODE,
+    DLQ_REASON,
+    DLQ_SOURCE_OFFSET,
+    DLQ_SOURCE_PARTITION,
+    DLQ_SOURCE_TOPIC,
+)
+from tests.support.runtime_harness import (
+    checkpoint_resume,
+    invoke,
+    resume,
+    unique,
+    wait_for,
+)
+from tests.support.stage import Stage, staged
+
+pytestmark = [
+    pytest.mark.kafka,
+    pytest.mark.timeout(120),
+    pytest.mark.asyncio(loop_scope="module"),
+]
+
+STATE_LIMIT = 20_000
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def stage(
+    kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Stage]:
+    workdir = Path(tmp_path_factory.mktemp("bad"))
+    async with staged(
+        kafka_bootstrap, workdir, CAIRN_RUNTIME__STATE_RECORD_MAX_BYTES=str(STATE_LIMIT)
+    ) as ready:
+        yield ready
+
+
+async def _send(stage: Stage, key: bytes | None, value: bytes | None, topic: str) -> None:
+    producer = stage.client._producer
+    assert producer is not None
+    await producer.send_and_wait(topic, key=key, value=value, headers=[("origin", b"test")])
+
+
+async def _dead_letter(stage: Stage, value: bytes | None, topic: str) -> dict[str, Any]:
+    """Send ``value`` under a fresh key; return its one dead-letter record."""
+    key = unique("k").encode()
+    await _send(stage, key, value, topic)
+    await wait_for(
+        lambda: any(d["key"] == key for d in stage.client.dead_letters),
+        30,
+        f"dead letter {key!r}",
+        alive=stage.service,
+    )
+    await stage.client.caught_up()
+    letters = [d for d in stage.client.dead_letters if d["key"] == key]
+    assert len(letters) == 1, letters
+    letter = letters[0]
+    assert letter["value"] == value
+    headers = letter["headers"]
+    assert headers["origin"] == b"test"
+    assert headers[DLQ_SOURCE_TOPIC] == topic.encode()
+    assert int(headers[DLQ_SOURCE_PARTITION]) in range(stage.cluster.partitions)
+    assert int(headers[DLQ_SOURCE_OFFSET]) >= 0
+    assert headers[DLQ_REASON]
+    return letter
+
+
+async def _error(stage: Stage, body: dict[str, Any], topic: str | None = None) -> str:
+    """Send ``body``; return the code of its one ``error`` result."""
+    await stage.client.send(body, topic=topic)
+    result = await stage.result(body["command_id"])
+    assert result["stop_reason"] == "error", result
+    await stage.exactly_once(body["command_id"])
+    return str(result["error"]["code"])
+
+
+@pytest.mark.parametrize(
+    ("value", "code"),
+    [
+        (b"\xff\xfe not json", "invalid_command"),
+        (b"[1, 2, 3]", "invalid_command"),
+        (b'"just a string"', "invalid_command"),
+        (b'{"type": "invoke", "command_id": "c1", "agent": "simple", "prompt": "x"}', None),
+        (b'{"type": "invoke", "session_id": "s1", "agent": "simple", "prompt": "x"}', None),
+        (None, None),
+    ],
+    ids=["not-json", "array", "string", "no-session", "no-command-id", "tombstone"],
+)
+async def test_unaddressable_command_goes_to_the_dlq(
+    stage: Stage, value: bytes | None, code: str | None
+) -> None:
+    letter = await _dead_letter(stage, value, stage.cluster.topics.commands)
+    if code is not None:
+        assert letter["headers"][DLQ_CODE] == code.encode()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"{not json",
+        b'{"type": "cancel", "command_id": "x1"}',
+        b'{"type": "cancel", "session_id": "s1"}',
+        None,
+    ],
+    ids=["not-json", "no-session", "no-command-id", "tombstone"],
+)
+async def test_unaddressable_control_record_goes_to_the_dlq(
+    stage: Stage, value: bytes | None
+) -> None:
+    await _dead_letter(stage, value, stage.cluster.topics.control)
+
+
+@pytest.mark.parametrize(
+    ("fields", "code"),
+    [
+        ({"type": "invoke", "agent": "simple"}, "invalid_command"),  # no prompt
+        ({"type": "explode", "agent": "simple", "prompt": "x"}, "invalid_command"),
+        ({"type": "invoke", "agent": "simple", "prompt": 42}, "invalid_command"),
+        ({"type": "invoke", "agent": "nobody", "prompt": "x"}, "unknown_agent"),
+        ({"type": "cancel"}, "invalid_command"),  # a cancel on the commands topic
+        (
+            {
+                "type": "resume",
+                "resume": [{"interruptResponse": {"interruptId": "i", "response": 1}}],
+            },
+            "no_pending_interrupt",
+        ),
+    ],
+    ids=["no-prompt", "unknown-type", "prompt-shape", "unknown-agent", "misplaced", "no-pending"],
+)
+async def test_invalid_command_with_ids_gets_an_error_result(
+    stage: Stage, fields: dict[str, Any], code: str
+) -> None:
+    s = unique("s")
+    body = {"schema_version": 1, "command_id": unique("c"), "session_id": s, **fields}
+    if fields.get("type") == "resume":
+        # A session that exists but has nothing pending.
+        first = invoke(s, "hello", agent="simple")
+        await stage.client.send(first)
+        await stage.result(first["command_id"])
+    assert await _error(stage, body) == code
+
+
+async def test_key_other_than_the_session_is_refused(stage: Stage) -> None:
+    body = invoke(unique("s"), "hello", agent="simple")
+    await stage.client.send_raw(unique("k").encode(), orjson.dumps(body))
+    result = await stage.result(body["command_id"])
+    assert result["error"]["code"] == "invalid_command", result
+
+
+@pytest.mark.parametrize(
+    ("fields", "code"),
+    [
+        ({"type": "cancel", "after_current_tools": "yes"}, "invalid_command"),
+        ({"type": "invoke", "agent": "simple", "prompt": "x"}, "invalid_command"),
+    ],
+    ids=["field-type", "invoke-on-control"],
+)
+async def test_invalid_cancel_with_ids_gets_an_error_result(
+    stage: Stage, fields: dict[str, Any], code: str
+) -> None:
+    body = {"schema_version": 1, "command_id": unique("x"), "session_id": unique("s"), **fields}
+    assert await _error(stage, body, stage.cluster.topics.control) == code
+
+
+async def _checkpoint_pause(stage: Stage) -> tuple[str, dict[str, Any]]:
+    s = unique("s")
+    first = invoke(s, "go", agent="bench")
+    await stage.client.send(first)
+    paused = await stage.result(first["command_id"])
+    assert paused["stop_reason"] == "checkpoint", paused
+    return s, paused["checkpoint"]
+
+
+async def test_checkpoint_resume_errors_in_the_documented_order(stage: Stage) -> None:
+    s, checkpoint = await _checkpoint_pause(stage)
+    wrapped = resume(s, [{"checkpointResume": {"checkpoint": checkpoint}}])
+    assert await _error(stage, wrapped) == "checkpoint_incompatible"
+    malformed = resume(s, {"checkpointResume": {"point": checkpoint}})
+    assert await _error(stage, malformed) == "checkpoint_incompatible"
+    newer = checkpoint_resume(s, {**checkpoint, "schema_version": "2.0"})
+    assert await _error(stage, newer) == "checkpoint_incompatible"
+    stale = checkpoint_resume(s, {**checkpoint, "cycle_index": checkpoint["cycle_index"] + 5})
+    assert await _error(stage, stale) == "checkpoint_stale"
+    # None of it changed the session: the real checkpoint still resumes.
+    good = checkpoint_resume(s, checkpoint)
+    await stage.client.send(good)
+    assert (await stage.result(good["command_id"]))["stop_reason"] == "checkpoint"
+
+    # Checkpointing off comes before a malformed payload.
+    plain = unique("s")
+    first = invoke(plain, "hello", agent="simple")
+    await stage.client.send(first)
+    await stage.result(first["command_id"])
+    wrapped = resume(plain, [{"checkpointResume": {"checkpoint": checkpoint}}])
+    assert await _error(stage, wrapped) == "checkpointing_disabled"
+    malformed = resume(plain, {"checkpointResume": "nope"})
+    assert await _error(stage, malformed) == "checkpointing_disabled"
+
+    # A pending interrupt comes first of all.
+    asked = unique("s")
+    first = invoke(asked, "go", agent="approval", checkpointing=True)
+    await stage.client.send(first)
+    paused = await stage.result(first["command_id"])
+    assert paused["stop_reason"] == "checkpoint", paused
+    go_on = checkpoint_resume(asked, paused["checkpoint"])
+    await stage.client.send(go_on)
+    assert (await stage.result(go_on["command_id"]))["stop_reason"] == "interrupt"
+    # Checkpointing is on for this turn, so only the pending interrupt can explain these.
+    wrapped = resume(asked, [{"checkpointResume": {"checkpoint": checkpoint}}])
+    assert await _error(stage, wrapped) == "interrupt_pending"
+    malformed = resume(asked, {"checkpointResume": {}})
+    assert await _error(stage, malformed) == "interrupt_pending"
+
+
+async def test_oversized_state_is_refused_and_the_session_kept(stage: Stage) -> None:
+    s = unique("s")
+    first = invoke(s, "hello", agent="simple")
+    await stage.client.send(first)
+    await stage.result(first["command_id"])
+    huge = invoke(s, "x" * (STATE_LIMIT + 1000), agent="simple")
+    assert await _error(stage, huge) == "limit_exceeded"
+    after = invoke(s, "again", agent="simple")
+    await stage.client.send(after)
+    result = await stage.result(after["command_id"])
+    assert result["stop_reason"] == "end_turn", result
+    # The refused prompt never entered the conversation: this is its second turn.
+    assert result["message"]["content"][0]["text"] == "done turn 2"
+
+
+async def test_valid_traffic_still_flows(stage: Stage) -> None:
+    commands = [invoke(unique("s"), "hello", agent="simple") for _ in range(4)]
+    await stage.client.send(*commands)
+    for command in commands:
+        assert (await stage.result(command["command_id"]))["stop_reason"] == "end_turn"
+    assert stage.service.log_count("Traceback") == 0, stage.service.text()[-3000:]

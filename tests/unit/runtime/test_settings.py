@@ -1,0 +1,35 @@
+"""The settings root: CAIRN_ environment, nested groups, refusals of unsafe combinations."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from service.settings import Settings
+
+
+def test_nested_environment_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CAIRN_KAFKA__BOOTSTRAP_SERVERS", "broker:9093")
+    monkeypatch.setenv("CAIRN_KAFKA__SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("CAIRN_KAFKA__SASL_MECHANISM", "SCRAM-SHA-512")
+    monkeypatch.setenv("CAIRN_KAFKA__SASL_PASSWORD", "s3cret")
+    monkeypatch.setenv("CAIRN_TOPICS__PARTITIONS", "24")
+    monkeypatch.setenv("CAIRN_GROUP__INSTANCE_ID", "cairn-0")
+    monkeypatch.setenv("CAIRN_RUNTIME__MAX_IN_FLIGHT", "64")
+    settings = Settings()
+    assert settings.kafka.bootstrap_servers == "broker:9093"
+    assert settings.kafka.sasl_password is not None
+    assert settings.kafka.sasl_password.get_secret_value() == "s3cret"
+    assert "s3cret" not in repr(settings)
+    assert settings.topics.partitions == 24
+    assert settings.group.instance_id == "cairn-0"
+    assert settings.runtime.max_in_flight == 64
+
+
+def test_grace_longer_than_the_rebalance_timeout_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CAIRN_GROUP__SESSION_TIMEOUT_MS", "6000")
+    monkeypatch.setenv("CAIRN_RUNTIME__REVOKE_GRACE_S", "8")
+    with pytest.raises(ValidationError, match="revoke_grace_s"):
+        Settings()
