@@ -395,6 +395,11 @@ def table(report: dict[str, Any]) -> str:
             "",
         ),
         ("  outcomes per commit", f"{sat['commit'].get('outcomes_per_commit')}", ""),
+        (
+            "  event-loop lag ms avg (max)",
+            f"{sat['commit'].get('loop_lag_ms_avg')} ({sat['commit'].get('loop_lag_ms_max')})",
+            "",
+        ),
         ("  state record bytes avg", f"{sat['commit'].get('state_bytes_avg')}", ""),
         (f"e2e latency p50 at {half['target_rate']}/s (ms)", f"{half['latency_p50_ms']}", "< 20"),
         (f"e2e latency p99 at {half['target_rate']}/s (ms)", f"{half['latency_p99_ms']}", "< 100"),

@@ -83,7 +83,8 @@ class RuntimeSettings(BaseModel):
     """On revocation or shutdown, how long in-flight steps may run to reach a commit."""
     state_record_max_bytes: int = Field(default=900_000, gt=0)
     """Largest encoded session state (and result) record; above it the command fails."""
-    fetch_max_records: int = Field(default=500, gt=0)
+    fetch_max_records: int = Field(default=100, gt=0)
+    """Records per fetch; every command fetched at once runs before the loop polls I/O again."""
 
 
 FaultPoint = Literal["after_produce_before_commit", "after_commit"]

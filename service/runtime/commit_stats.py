@@ -10,6 +10,8 @@ import logging
 import time
 from dataclasses import dataclass
 
+from service.runtime.loop_lag import LoopLag
+
 logger = logging.getLogger(__name__)
 
 
@@ -26,8 +28,9 @@ class CommitReport:
 class CommitStats:
     """Aggregates :class:`CommitReport` values and logs them every ``interval_s`` seconds."""
 
-    def __init__(self, interval_s: float = 10.0) -> None:
+    def __init__(self, interval_s: float = 10.0, lag: LoopLag | None = None) -> None:
         self._interval_s = interval_s
+        self._lag = lag
         self._reset(time.monotonic())
 
     def _reset(self, now: float) -> None:
@@ -58,10 +61,12 @@ class CommitStats:
     def _log(self, now: float) -> None:
         commits = max(self._commits, 1)
         elapsed = now - self._since
+        lag_avg, lag_max = self._lag.take() if self._lag is not None else (0.0, 0.0)
         logger.info(
             "window_s=<%.1f>, commits=<%d>, results=<%d>, results_per_s=<%.1f>, "
             "outcomes_per_commit=<%.1f>, records_per_commit=<%.1f>, commit_ms_avg=<%.2f>, "
-            "commit_ms_max=<%.2f>, state_bytes_avg=<%.0f> | commit stats",
+            "commit_ms_max=<%.2f>, state_bytes_avg=<%.0f>, loop_lag_ms_avg=<%.2f>, "
+            "loop_lag_ms_max=<%.2f> | commit stats",
             elapsed,
             self._commits,
             self._results,
@@ -71,4 +76,6 @@ class CommitStats:
             self._seconds * 1000 / commits,
             self._max_seconds * 1000,
             self._state_bytes / self._states if self._states else 0.0,
+            lag_avg * 1000,
+            lag_max * 1000,
         )

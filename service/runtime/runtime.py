@@ -21,6 +21,7 @@ from service.runtime.commit_stats import CommitStats
 from service.runtime.committer import CommitObserver
 from service.runtime.consumer_loop import ConsumerLoop
 from service.runtime.faults import FaultPoints
+from service.runtime.loop_lag import LoopLag
 from service.runtime.partition_owner import InFlight, OwnerContext, OwnerExit, PartitionOwner
 from service.runtime.rebalance import RebalanceListener
 from service.runtime.topics import verify_topics
@@ -42,7 +43,8 @@ class Runtime:
     ) -> None:
         self._settings = settings
         self._agents = agents
-        self._observer = observer if observer is not None else CommitStats()
+        self._lag = LoopLag()
+        self._observer = observer if observer is not None else CommitStats(lag=self._lag)
         self._owners: dict[int, PartitionOwner] = {}
         self._owner_tasks: dict[PartitionOwner, asyncio.Task[None]] = {}
         self._assigned: set[int] = set()
@@ -111,12 +113,14 @@ class Runtime:
             async with asyncio.TaskGroup() as tasks:
                 self._tasks = tasks
                 fetching = tasks.create_task(loop.run())
+                probe = tasks.create_task(self._lag.run())
                 await stop.wait()
                 logger.info("owners=<%d> | stopping: draining partitions", len(self._owners))
                 self._stopping = True
                 loop.stop()
                 await fetching
                 await self._stop_owners(set(self._owners))
+                probe.cancel()
         finally:
             self._tasks = None
             await consumer.stop()

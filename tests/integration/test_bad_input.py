@@ -7,6 +7,8 @@ headers kept; reason and source in headers); one that names its session and comm
 
 from __future__ import annotations
 
+import base64
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -234,7 +236,8 @@ async def test_oversized_state_is_refused_and_the_session_kept(stage: Stage) -> 
     first = invoke(s, "hello", agent="simple")
     await stage.client.send(first)
     await stage.result(first["command_id"])
-    huge = invoke(s, "x" * (STATE_LIMIT + 1000), agent="simple")
+    # Incompressible: the state is stored compressed.
+    huge = invoke(s, base64.b64encode(os.urandom(STATE_LIMIT)).decode(), agent="simple")
     assert await _error(stage, huge) == "limit_exceeded"
     after = invoke(s, "again", agent="simple")
     await stage.client.send(after)
