@@ -162,6 +162,12 @@ class LocalBroker:
         with self._locked():
             pid = self.running_pid()
             if pid is not None:
+                running = self._running_listeners()
+                if running != config.properties()["listeners"]:
+                    raise BrokerError(
+                        f"pid=<{pid}>, listeners=<{running}> | a broker already runs from "
+                        f"{config.data_dir} on other ports: stop it first"
+                    )
                 self.wait_ready(timeout, pid)
                 logger.info("pid=<%s>, bootstrap=<%s> | already running", pid, config.bootstrap)
                 return StartResult(pid, config.bootstrap, True, False, 0.0)
@@ -193,6 +199,13 @@ class LocalBroker:
                 elapsed,
             )
             return StartResult(pid, config.bootstrap, False, formatted, elapsed)
+
+    def _running_listeners(self) -> str | None:
+        for line in (read_text(self.config.properties_file) or "").splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "listeners":
+                return value.strip()
+        return None
 
     def _write_configs(self) -> None:
         config = self.config

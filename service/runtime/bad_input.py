@@ -1,8 +1,9 @@
-"""Classification of refused checkpoint resumes against the session they address.
+"""Bad input that needs the runtime's eye: refused checkpoint resumes and oversized dead letters.
 
-Guarantee: a resume the wire refused as a malformed checkpoint is answered with the code the
+Guarantees: a resume the wire refused as a malformed checkpoint is answered with the code the
 engine's order of checks gives (interrupt pending, then checkpointing off, then malformed,
-incompatible, stale), never with a code that skips an earlier check.
+incompatible, stale); a dead letter always fits in one producer request, so no input record,
+however large, can block its partition.
 """
 
 from __future__ import annotations
@@ -20,11 +21,23 @@ from service.agent.errors import (
 )
 from service.agent.invocation import Invocation, plan
 from service.agent.state import SessionState
-from service.runtime.work import CommandWork
+from service.runtime.work import CommandWork, OutRecord
 from service.sessions.store import StoredSession
 from service.wire.errors import ErrorCode, WireError
 
 _PAYLOAD_FIELDS = ("resume", "prompt")
+
+DLQ_TRUNCATED_FROM = "cairn.dlq.truncated_from"
+"""Header of a dead letter whose value was cut to fit: the original value's length in bytes."""
+
+DEAD_LETTER_BUDGET = 1_000_000
+"""Largest dead letter written (key, value and headers), safely below the 1 MiB request and
+message limits of the producer and broker defaults; Cairn's headers make a dead letter larger
+than the record it keeps, so the largest records a topic takes would not fit whole."""
+
+_RECORD_OVERHEAD = 128
+_CAIRN_HEADERS = 6
+"""How many headers Cairn appends to a dead letter (they come last)."""
 
 
 def classify_refusal(
@@ -96,3 +109,28 @@ def _payload(raw: dict[str, Any]) -> Any:
         ):
             return value
     return {"checkpointResume": None}
+
+
+def fit_dead_letter(record: OutRecord, budget: int = DEAD_LETTER_BUDGET) -> OutRecord:
+    """``record`` itself when it fits ``budget``; else its value cut to fit, length in a header."""
+    value = record.value or b""
+    headers = record.headers
+    if _size(record.key, value, headers) <= budget:
+        return record
+    if _size(record.key, b"", headers) > budget:
+        # The original headers alone are too large: only Cairn's are kept.
+        headers = headers[-_CAIRN_HEADERS:]
+    headers = [*headers, (DLQ_TRUNCATED_FROM, str(len(value)).encode())]
+    keep = max(0, budget - _size(record.key, b"", headers))
+    return OutRecord(
+        topic=record.topic,
+        key=record.key,
+        value=value[:keep],
+        headers=headers,
+        partition=record.partition,
+    )
+
+
+def _size(key: bytes | None, value: bytes, headers: list[tuple[str, bytes]]) -> int:
+    sized = sum(len(name.encode()) + len(data) + 8 for name, data in headers)
+    return len(key or b"") + len(value) + sized + _RECORD_OVERHEAD

@@ -29,6 +29,9 @@ logger = logging.getLogger(__name__)
 
 Handler = Callable[[CommandWork], Awaitable[None]]
 
+REMEMBERED_SESSIONS = 100_000
+"""How many sessions' latest untargeted cancel an owner keeps in memory (oldest dropped)."""
+
 
 @dataclass(slots=True)
 class _Running:
@@ -41,7 +44,9 @@ class CancelDesk:
 
     "Published before" is decided by record timestamps: a command whose record timestamp is not
     later than an untargeted cancel's is covered by it (Kafka orders nothing across topics, and
-    the producer's timestamp is the only publication order the two topics share).
+    the producer's timestamp is the only publication order the two topics share). What a
+    cancel covers is remembered by this owner only: a covered command read for the first time
+    after the partition moved to another owner, once the cancel's result was committed, runs.
     """
 
     def __init__(
@@ -72,8 +77,11 @@ class CancelDesk:
             self._targets.setdefault(session_id, set()).add(target)
             hit = running is not None and _command_id(running.work) == target
         else:
-            covered = max(self._covers_until.get(session_id, -1), record.timestamp_ms)
+            covered = max(self._covers_until.pop(session_id, -1), record.timestamp_ms)
             self._covers_until[session_id] = covered
+            if len(self._covers_until) > REMEMBERED_SESSIONS:
+                # The oldest cancel is forgotten: its late commands are long overdue by now.
+                del self._covers_until[next(iter(self._covers_until))]
             hit = running is not None and running.work.record.timestamp_ms <= covered
         if running is not None and hit:
             logger.info(

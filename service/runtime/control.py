@@ -57,6 +57,7 @@ class ControlHandler:
                 Outcome(
                     records=[dlq_record(self._dlq_topic, record, exc.reason, exc.code)],
                     finished=[record.origin],
+                    replay_unsafe=True,
                 )
             )
             return

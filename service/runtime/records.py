@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.agent.types import AgentResult, Limits
+from service.runtime.bad_input import fit_dead_letter
 from service.runtime.work import InputRecord, OutRecord
 from service.wire.codec import decode_command, encode, encode_result
 from service.wire.dlq import dlq_headers
@@ -132,4 +133,6 @@ def dlq_record(topic: str, record: InputRecord, reason: str, code: ErrorCode) ->
         offset=record.origin.offset,
         code=code,
     )
-    return OutRecord(topic=topic, key=record.key, value=record.value, headers=headers)
+    return fit_dead_letter(
+        OutRecord(topic=topic, key=record.key, value=record.value, headers=headers)
+    )

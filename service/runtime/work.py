@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.agent.cancel import CancelSignal
+
 
 @dataclass(frozen=True, slots=True)
 class Origin:
@@ -39,8 +41,8 @@ class CommandWork:
     command: Any
     """The wire's decoded command, or ``None`` when decoding failed (see ``error``)."""
     error: Exception | None = None
-    cancel: Any = None
-    """The invocation's cancel signal (an engine ``CancelSignal``), set just before it runs."""
+    cancel: CancelSignal | None = None
+    """The invocation's cancel signal, set just before it runs."""
 
 
 @dataclass(frozen=True, slots=True)

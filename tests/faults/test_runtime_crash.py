@@ -7,6 +7,7 @@ counted per process).
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import pytest
@@ -160,3 +161,26 @@ async def test_a_failed_commit_recreates_the_partition_owner_and_loses_nothing(
     for session in sessions:
         mine = client.session_results(session)
         assert [r["message"]["content"][0]["text"] for r in mine] == ["done turn 1", "done turn 2"]
+
+
+async def test_a_static_member_restarted_after_kill_takes_its_partitions_back_at_once(
+    cluster: Cluster,
+) -> None:
+    session = unique("s")
+    static = {"CAIRN_GROUP__INSTANCE_ID": "cairn-0", "CAIRN_GROUP__SESSION_TIMEOUT_MS": "20000"}
+    with services() as procs:
+        first = cluster.start("first", **static)
+        procs.append(first)
+        await first.wait_ready()
+        first.kill()
+        async with Client(cluster) as client:
+            restarted_at = time.monotonic()
+            again = cluster.start("again", **static)
+            procs.append(again)
+            command = invoke(session, "go", agent="simple")
+            await client.send(command)
+            await client.result(command["command_id"], timeout=60, alive=again)
+            # A new member would wait out the dead one's 20 s session; the same static
+            # instance id replaces it without a rebalance.
+            assert time.monotonic() - restarted_at < 15
+            assert await again.terminate() == 0

@@ -16,7 +16,10 @@ from typing import Any
 import orjson
 import pytest
 import pytest_asyncio
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import MessageSizeTooLargeError
 
+from service.runtime.bad_input import DEAD_LETTER_BUDGET, DLQ_TRUNCATED_FROM
 from service.wire.dlq import (
     DLQ_CODE,
     DLQ_REASON,
@@ -54,9 +57,14 @@ async def stage(
 
 
 async def _send(stage: Stage, key: bytes | None, value: bytes | None, topic: str) -> None:
-    producer = stage.client._producer
-    assert producer is not None
-    await producer.send_and_wait(topic, key=key, value=value, headers=[("origin", b"test")])
+    producer = AIOKafkaProducer(
+        bootstrap_servers=stage.cluster.bootstrap, max_request_size=2 * 1024 * 1024
+    )
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, key=key, value=value, headers=[("origin", b"test")])
+    finally:
+        await producer.stop()
 
 
 async def _dead_letter(stage: Stage, value: bytes | None, topic: str) -> dict[str, Any]:
@@ -253,3 +261,33 @@ async def test_valid_traffic_still_flows(stage: Stage) -> None:
     for command in commands:
         assert (await stage.result(command["command_id"]))["stop_reason"] == "end_turn"
     assert stage.service.log_count("Traceback") == 0, stage.service.text()[-3000:]
+
+
+async def test_the_largest_record_the_broker_takes_is_dead_lettered(stage: Stage) -> None:
+    """Its dead letter, with Cairn's headers added, is larger than the record itself."""
+    key = unique("k").encode()
+    size = 1_048_576
+    while True:  # find the broker's limit for this record (a few tries, 16 bytes apart)
+        try:
+            await _send(stage, key, b"\x00" * size, stage.cluster.topics.commands)
+            break
+        except MessageSizeTooLargeError:
+            size -= 16
+    await wait_for(
+        lambda: any(d["key"] == key for d in stage.client.dead_letters),
+        30,
+        "dead letter of the largest record",
+        alive=stage.service,
+    )
+    letter = next(d for d in stage.client.dead_letters if d["key"] == key)
+    # Too large to keep whole: a prefix, the original length in a header, the rest intact.
+    assert letter["headers"][DLQ_TRUNCATED_FROM] == str(size).encode()
+    assert 0 < len(letter["value"]) <= DEAD_LETTER_BUDGET
+    assert letter["value"] == b"\x00" * len(letter["value"])
+    assert letter["headers"]["origin"] == b"test"
+    assert letter["headers"][DLQ_SOURCE_TOPIC] == stage.cluster.topics.commands.encode()
+    assert stage.service.log_count("partition owner failed") == 0
+    # The partition is not blocked: a command behind it is answered.
+    after = invoke(unique("s"), "hello", agent="simple")
+    await stage.client.send(after)
+    assert (await stage.result(after["command_id"]))["stop_reason"] == "end_turn"

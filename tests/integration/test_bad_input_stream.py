@@ -5,6 +5,7 @@ once, and every invalid record is accounted for exactly once (a dead letter or a
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ pytestmark = [
 ]
 
 GENERATED = 80
+_RUN = uuid.uuid4().hex[:8]
+_serials = itertools.count()
 VALID_EVERY = 4
 
 json_leaf = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
@@ -40,7 +43,9 @@ json_value = st.recursive(
 
 @st.composite
 def _base(draw: st.DrawFn) -> dict[str, Any]:
-    session_id, command_id = f"s-{draw(st.uuids())}", f"c-{draw(st.uuids())}"
+    # Unique ids from outside the strategy: generated examples often repeat drawn values.
+    serial = next(_serials)
+    session_id, command_id = f"s-{_RUN}-{serial}", f"c-{_RUN}-{serial}"
     kind = draw(st.sampled_from(["invoke", "resume", "cancel"]))
     body: dict[str, Any] = {
         "type": kind,

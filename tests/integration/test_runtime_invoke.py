@@ -212,3 +212,34 @@ async def test_a_state_over_the_size_limit_fails_that_command_loudly(cluster: Cl
     # The failed command left no trace in the session: the next prompt is its first turn.
     assert after["stop_reason"] == "end_turn"
     assert after["message"]["content"] == [{"text": "done turn 1"}]
+
+
+async def test_the_in_flight_bound_pauses_fetching_and_loses_nothing(cluster: Cluster) -> None:
+    sessions = [unique("s") for _ in range(24)]
+    commands = [invoke(s, "go", agent="slowtools") for s in sessions]
+    with services() as procs:
+        proc = cluster.start(
+            CAIRN_RUNTIME__MAX_IN_FLIGHT="4",
+            CAIRN_RUNTIME__FETCH_MAX_RECORDS="1",
+            CAIRN_TEST_TOOL_SLEEP="0.2",
+        )
+        procs.append(proc)
+        await proc.wait_ready()
+        async with Client(cluster) as client:
+            await client.send(*commands)
+            await client.wait_results(len(commands), timeout=90, alive=proc)
+        assert await proc.terminate() == 0
+    assert "in-flight bound reached, fetching paused" in proc.text()
+    assert sorted(r["command_id"] for r in client.results) == sorted(
+        c["command_id"] for c in commands
+    )
+    # Tools of at most 4 sessions (the bound) ever ran at the same time, and several did.
+    edges = sorted(
+        [(c["time"], 1) for c in cluster.tool_calls()]
+        + [(c["time"] + 0.2, -1) for c in cluster.tool_calls()]
+    )
+    running, most = 0, 0
+    for _, change in edges:
+        running += change
+        most = max(most, running)
+    assert 2 <= most <= 4

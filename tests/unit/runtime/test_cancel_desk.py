@@ -1,0 +1,161 @@
+"""The cancel desk without a broker: what a cancel covers, signals and answers ahead."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+
+from service.agent.definition import AgentDefinition
+from service.agent.state import PendingBatch, SessionState
+from service.agent.types import Checkpoint, Interrupt
+from service.runtime.bad_input import classify_refusal
+from service.runtime.cancels import CancelDesk
+from service.runtime.records import ParsedCommand
+from service.runtime.work import CommandWork, InputRecord, Origin, Outcome
+from service.sessions.store import SessionStore, StoredSession
+from service.settings import TopicSettings
+from service.wire.codec import decode_command
+from service.wire.commands import CancelCommand
+from service.wire.errors import WireError
+from tests.support.agents import CycleModel
+
+TOPICS = TopicSettings()
+
+
+def _record(topic: str, offset: int, ts: int, value: bytes = b"{}") -> InputRecord:
+    return InputRecord(Origin(topic, 0, offset), b"s", value, [], ts)
+
+
+def _command(command_id: str, offset: int, ts: int) -> CommandWork:
+    parsed = ParsedCommand(
+        type="invoke", command_id=command_id, session_id="s", agent="a", input="hi"
+    )
+    return CommandWork(_record(TOPICS.commands, offset, ts), "s", parsed)
+
+
+def _cancel(offset: int, ts: int, **fields: Any) -> tuple[InputRecord, CancelCommand]:
+    command = CancelCommand(command_id=f"x{offset}", session_id="s", **fields)
+    return _record(TOPICS.control, offset, ts), command
+
+
+class _Desk:
+    def __init__(self) -> None:
+        self.store = SessionStore()
+        self.outcomes: list[Outcome] = []
+        self.ran: list[str] = []
+        self.desk = CancelDesk(
+            store=self.store, submit=self.outcomes.append, topics=TOPICS, agents={}
+        )
+
+    async def run(self, work: CommandWork) -> None:
+        async def handler(item: CommandWork) -> None:
+            self.ran.append(item.command.command_id)
+
+        await self.desk.wrap(handler)(work)
+
+    def answered(self) -> list[tuple[str, str]]:
+        found = []
+        for outcome in self.outcomes:
+            for record in outcome.records:
+                assert record.value is not None
+                body = orjson.loads(record.value)
+                found.append((body["command_id"], body["stop_reason"]))
+        return found
+
+
+async def test_a_cancel_covers_commands_published_up_to_its_timestamp() -> None:
+    t = _Desk()
+    t.desk.read(*_cancel(0, ts=100))
+    await t.run(_command("early", 1, ts=99))
+    await t.run(_command("same", 2, ts=100))
+    await t.run(_command("later", 3, ts=101))
+    assert t.ran == ["later"]
+    assert t.answered() == [("early", "cancelled"), ("same", "cancelled")]
+    stored = t.store.get("s")
+    assert stored is not None and {"early", "same"} <= set(stored.state.applied_commands)
+
+
+async def test_a_running_invocation_is_signalled_only_when_covered() -> None:
+    t = _Desk()
+    seen: list[bool] = []
+    gate = asyncio.Event()
+
+    async def handler(item: CommandWork) -> None:
+        await gate.wait()
+        assert item.cancel is not None
+        seen.append(item.cancel.immediate)
+
+    running = asyncio.create_task(t.desk.wrap(handler)(_command("c", 1, ts=200)))
+    await asyncio.sleep(0)
+    t.desk.read(*_cancel(0, ts=150))  # published before the running command: not covered
+    gate.set()
+    await running
+    gate.clear()
+    running = asyncio.create_task(t.desk.wrap(handler)(_command("d", 2, ts=200)))
+    await asyncio.sleep(0)
+    t.desk.read(*_cancel(1, ts=250, message="stop"))
+    gate.set()
+    await running
+    assert seen == [False, True]
+
+
+async def test_a_target_not_seen_yet_is_answered_ahead_and_once() -> None:
+    t = _Desk()
+    work = t.desk.read(*_cancel(0, ts=100, target_command_id="t"))
+    await t.run(work)
+    assert t.answered() == [("t", "cancelled"), ("x0", "cancelled")]
+    # Arriving later (even published later) it is known as answered: the invoker skips it.
+    await t.run(_command("t", 1, ts=500))
+    assert t.ran == ["t"]
+    assert len(t.answered()) == 2
+    stored = t.store.get("s")
+    assert stored is not None and "t" in stored.state.applied_commands
+
+
+async def test_a_repeated_cancel_is_answered_once() -> None:
+    t = _Desk()
+    for _ in range(2):
+        await t.run(t.desk.read(*_cancel(0, ts=100)))
+    assert t.answered() == [("x0", "cancelled")]
+    assert len(t.outcomes) == 2  # the repeat still finishes its offset
+
+
+def _refused(value: dict[str, Any]) -> CommandWork:
+    raw = orjson.dumps(value)
+    try:
+        decode_command(raw)
+    except WireError as exc:
+        return CommandWork(_record(TOPICS.commands, 0, 0, raw), "s", None, exc)
+    raise AssertionError("the wire accepted it")
+
+
+def test_refused_checkpoint_resume_follows_the_engine_order() -> None:
+    agents = {
+        "on": AgentDefinition(name="on", model=CycleModel(1), checkpointing=True),
+        "off": AgentDefinition(name="off", model=CycleModel(1)),
+    }
+    wrapped = {
+        "type": "resume",
+        "command_id": "c",
+        "session_id": "s",
+        "resume": [{"checkpointResume": {"checkpoint": {}}}],
+    }
+    work = _refused(wrapped)
+    paused = SessionState(session_id="s", agent="on", checkpoint=Checkpoint("after_model", 0))
+    asked = paused.copy()
+    asked.pending = PendingBatch(
+        assistant_message={"role": "assistant", "content": []},
+        interrupts=[Interrupt("i", "approval")],
+    )
+    off = SessionState(session_id="s", agent="off")
+
+    def code(state: SessionState) -> str:
+        error = classify_refusal(work, StoredSession(state), agents)
+        assert isinstance(error, WireError) and error.command_id == "c"
+        return error.code
+
+    assert code(asked) == "interrupt_pending"
+    assert code(off) == "checkpointing_disabled"
+    assert code(paused) == "checkpoint_incompatible"
