@@ -52,7 +52,8 @@ class GroupSettings(BaseModel):
     group_id: str = "cairn"
     instance_id: str | None = None
     session_timeout_ms: int = Field(default=10_000, gt=0)
-    heartbeat_interval_ms: int = Field(default=3_000, gt=0)
+    heartbeat_interval_ms: int = Field(default=1_000, gt=0)
+    """Survivors learn of a dead member at their next heartbeat: part of the takeover time."""
     max_poll_interval_ms: int = Field(default=300_000, gt=0)
     rebalance_timeout_ms: int | None = Field(default=None, gt=0)
 

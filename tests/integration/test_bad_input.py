@@ -287,7 +287,7 @@ async def test_the_largest_record_the_broker_takes_is_dead_lettered(stage: Stage
     assert letter["headers"]["origin"] == b"test"
     assert letter["headers"][DLQ_SOURCE_TOPIC] == stage.cluster.topics.commands.encode()
     assert stage.service.log_count("partition owner failed") == 0
-    # The partition is not blocked: a command behind it is answered.
-    after = invoke(unique("s"), "hello", agent="simple")
+    # The partition is not blocked: a command behind it (same key, same partition) is answered.
+    after = invoke(key.decode(), "hello", agent="simple")
     await stage.client.send(after)
     assert (await stage.result(after["command_id"]))["stop_reason"] == "end_turn"
