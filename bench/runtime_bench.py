@@ -370,10 +370,11 @@ async def bench(args: argparse.Namespace, bootstrap: str, broker_pid: int | None
             "session_timeout_ms": int(cluster.env()["CAIRN_GROUP__SESSION_TIMEOUT_MS"]),
         }
     finally:
-        await driver.stop()
         for proc in (first, second):
             if proc is not None and proc.alive:
                 proc.kill()
+        with contextlib.suppress(Exception):
+            await driver.stop()
     return report
 
 
@@ -413,7 +414,7 @@ def table(report: dict[str, Any]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--sessions", type=int, default=400)
+    parser.add_argument("--sessions", type=int, default=600)
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--duration", type=float, default=15.0)
     parser.add_argument("--warmup", type=float, default=5.0)

@@ -27,7 +27,7 @@ from service.runtime.faults import FaultPoints
 from service.runtime.invoker import Invoker
 from service.runtime.offsets import OffsetTracker
 from service.runtime.records import dlq_record, parse_command, session_key
-from service.runtime.restore import restore_partition
+from service.runtime.restore import SessionsReader
 from service.runtime.session_queue import SessionQueues
 from service.runtime.work import CommandWork, InputRecord, Outcome
 from service.settings import Settings
@@ -70,6 +70,7 @@ class OwnerContext:
     inflight: InFlight
     faults: FaultPoints
     on_restored: Callable[[int], None]
+    sessions: SessionsReader
     observer: CommitObserver | None = None
 
 
@@ -167,7 +168,7 @@ class PartitionOwner:
         await producer.start()
         if self._seek_on_start:
             await self._seek_to_committed()
-        store = await restore_partition(settings.kafka, self._topics.sessions, self.partition)
+        store = await self._ctx.sessions.restore(self.partition)
         committer = Committer(
             producer=producer,
             group_id=settings.group.group_id,

@@ -1,16 +1,19 @@
-"""Restore of one partition's session store from the compacted sessions topic.
+"""Restore of a partition's session store from the compacted sessions topic.
 
 Guarantee: reads every committed record of the partition up to the end offset observed after
 the partition's producer was initialised (so no earlier owner's transaction is still open), in
-log order; the store returned is complete for that partition.
+log order; the store returned is complete for that partition. One connected reader serves every
+restore of an instance, one partition at a time, so a takeover of many partitions does not pay
+for a new client per partition.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from service.runtime.clients import reader
 from service.sessions.store import SessionStore
@@ -19,24 +22,49 @@ from service.settings import KafkaSettings
 logger = logging.getLogger(__name__)
 
 
-async def restore_partition(kafka: KafkaSettings, topic: str, partition: int) -> SessionStore:
+class SessionsReader:
+    """The instance's reader of the sessions topic; :meth:`close` it when the runtime stops."""
+
+    def __init__(self, kafka: KafkaSettings, topic: str) -> None:
+        self._kafka = kafka
+        self._topic = topic
+        self._consumer: AIOKafkaConsumer | None = None
+        self._lock = asyncio.Lock()
+
+    async def restore(self, partition: int) -> SessionStore:
+        async with self._lock:
+            if self._consumer is None:
+                consumer = reader(self._kafka, max_partition_fetch_bytes=8 * 1024 * 1024)
+                await consumer.start()
+                self._consumer = consumer
+            try:
+                return await _read_partition(self._consumer, self._topic, partition)
+            except Exception:
+                # A reader in an unknown state is not reused: the next restore starts afresh.
+                consumer, self._consumer = self._consumer, None
+                await consumer.stop()
+                raise
+
+    async def close(self) -> None:
+        async with self._lock:
+            if self._consumer is not None:
+                await self._consumer.stop()
+                self._consumer = None
+
+
+async def _read_partition(consumer: AIOKafkaConsumer, topic: str, partition: int) -> SessionStore:
     store = SessionStore()
     tp = TopicPartition(topic, partition)
     started = time.monotonic()
-    consumer = reader(kafka, max_partition_fetch_bytes=8 * 1024 * 1024)
-    await consumer.start()
     records = 0
-    try:
-        consumer.assign([tp])
-        end = (await consumer.end_offsets([tp]))[tp]
-        await consumer.seek_to_beginning(tp)
-        while await consumer.position(tp) < end:
-            batches = await consumer.getmany(tp, timeout_ms=500, max_records=10_000)
-            for record in batches.get(tp, ()):
-                store.load(record.key, record.value, list(record.headers))
-                records += 1
-    finally:
-        await consumer.stop()
+    consumer.assign([tp])
+    end = (await consumer.end_offsets([tp]))[tp]
+    await consumer.seek_to_beginning(tp)
+    while await consumer.position(tp) < end:
+        batches = await consumer.getmany(tp, timeout_ms=500, max_records=10_000)
+        for record in batches.get(tp, ()):
+            store.load(record.key, record.value, list(record.headers))
+            records += 1
     logger.info(
         "topic=<%s>, partition=<%d>, records=<%d>, sessions=<%d>, seconds=<%.3f> | restored",
         topic,

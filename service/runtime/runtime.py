@@ -24,6 +24,7 @@ from service.runtime.faults import FaultPoints
 from service.runtime.loop_lag import LoopLag
 from service.runtime.partition_owner import InFlight, OwnerContext, OwnerExit, PartitionOwner
 from service.runtime.rebalance import RebalanceListener
+from service.runtime.restore import SessionsReader
 from service.runtime.topics import verify_topics
 from service.settings import Settings
 
@@ -86,8 +87,10 @@ class Runtime:
             rebalance_timeout_ms=group.rebalance_timeout_ms,
             max_partition_fetch_bytes=4 * 1024 * 1024,
         )
+        sessions = SessionsReader(settings.kafka, settings.topics.sessions)
         self._ctx = OwnerContext(
             settings=settings,
+            sessions=sessions,
             agents=self._agents,
             consumer=consumer,
             inflight=self.inflight,
@@ -123,6 +126,7 @@ class Runtime:
                 probe.cancel()
         finally:
             self._tasks = None
+            await sessions.close()
             await consumer.stop()
             logger.info("left the group")
 

@@ -112,3 +112,36 @@ async def test_kill_before_the_commit_of_a_cancel_that_resolves_a_pause(cluster:
     assert len(client.results_for(str(cancel["command_id"]))) == 1
     assert len(client.results_for(command["command_id"])) == 1
     assert orjson.dumps(own["state"]) == orjson.dumps(paused["state"])
+
+
+async def test_kill_before_the_commit_of_a_cancel_whose_target_has_not_arrived(
+    cluster: Cluster,
+) -> None:
+    s = unique("s")
+    target = invoke(s, "later", agent="simple")
+    cancel = _cancel(s, target_command_id=target["command_id"])
+    with services() as procs:
+        victim = cluster.start(
+            "victim", CAIRN_AGENTS=AGENTS, CAIRN_FAULTS__KILL_AT="after_produce_before_commit"
+        )
+        procs.append(victim)
+        await victim.wait_ready()
+        async with Client(cluster) as client:
+            await client.send(cancel, topic=cluster.topics.control)
+            await wait_for(lambda: not victim.alive, 30, "victim killed at its commit")
+            assert victim.log_count("cancel answered") == 1
+            fresh = cluster.start("fresh", CAIRN_AGENTS=AGENTS)
+            procs.append(fresh)
+            own = await client.result(str(cancel["command_id"]), 60, alive=fresh)
+            assert own["stop_reason"] == "cancelled", own
+            early = await client.result(target["command_id"], 30, alive=fresh)
+            assert early["stop_reason"] == "cancelled", early
+            follow = invoke(s, "after", agent="simple")
+            await client.send(target, follow)
+            done = await client.result(follow["command_id"], 30, alive=fresh)
+            assert done["stop_reason"] == "end_turn", done
+            await client.caught_up()
+    for command_id in (cancel["command_id"], target["command_id"], follow["command_id"]):
+        assert len(client.results_for(str(command_id))) == 1, command_id
+    # The target never ran: the only model call is the follow-up's.
+    assert len([m for m in cluster.model_calls() if m["session_id"] == s]) == 1

@@ -28,12 +28,18 @@ pytestmark = [
     pytest.mark.asyncio(loop_scope="module"),
 ]
 
-GENERATED = 80
+GENERATED = 150
 _RUN = uuid.uuid4().hex[:8]
 _serials = itertools.count()
-VALID_EVERY = 4
+VALID_EVERY = 5
 
-json_leaf = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
+json_leaf = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+)
 json_value = st.recursive(
     json_leaf,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner),
@@ -43,9 +49,10 @@ json_value = st.recursive(
 
 @st.composite
 def _base(draw: st.DrawFn) -> dict[str, Any]:
-    # Unique ids from outside the strategy: generated examples often repeat drawn values.
+    # Unique ids from outside the strategy (generated examples often repeat drawn values), of a
+    # fixed length so the draws that follow never depend on them.
     serial = next(_serials)
-    session_id, command_id = f"s-{_RUN}-{serial}", f"c-{_RUN}-{serial}"
+    session_id, command_id = f"s-{_RUN}-{serial:08d}", f"c-{_RUN}-{serial:08d}"
     kind = draw(st.sampled_from(["invoke", "resume", "cancel"]))
     body: dict[str, Any] = {
         "type": kind,

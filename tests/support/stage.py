@@ -23,6 +23,8 @@ from tests.support.runtime_harness import (
 
 @dataclass
 class Stage:
+    """One service process with its topics; the client reads results, events and dead letters."""
+
     cluster: Cluster
     service: ServiceProcess
     client: Client
@@ -45,14 +47,6 @@ class Stage:
         return [
             e for e in self.client.events if e["session_id"] == session_id and e["type"] == kind
         ]
-
-    async def event(self, session_id: str, kind: str, timeout: float = 30.0) -> None:
-        await wait_for(
-            lambda: bool(self.events(session_id, kind)),
-            timeout,
-            f"{kind} of {session_id}",
-            alive=self.service,
-        )
 
     async def tool_running(self, session_id: str, timeout: float = 30.0) -> None:
         """Wait until a tool of the session has started (its call is logged as it begins)."""
