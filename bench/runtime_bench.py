@@ -54,7 +54,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 @contextlib.contextmanager
-def broker() -> Iterator[tuple[str, int | None]]:
+def broker(properties: dict[str, str]) -> Iterator[tuple[str, int | None]]:
     external = os.environ.get("CAIRN_TEST_BOOTSTRAP")
     if external:
         yield external, None
@@ -67,6 +67,7 @@ def broker() -> Iterator[tuple[str, int | None]]:
         port=kafka_local.free_port(),
         controller_port=kafka_local.free_port(),
         die_with_parent=True,
+        extra_properties=properties,
     )
     local = kafka_local.LocalBroker(config)
     started = local.start(timeout=180.0)
@@ -424,9 +425,17 @@ def main() -> int:
     parser.add_argument("--commit-interval-ms", type=int, default=10)
     parser.add_argument("--offsets-every-ms", type=int, default=0)
     parser.add_argument("--broker-pid", type=int, default=None, help="for CPU accounting")
+    parser.add_argument(
+        "--broker-property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra property of the broker started for the run",
+    )
     parser.add_argument("--out", default=str(REPO / "bench-results" / "runtime.json"))
     args = parser.parse_args()
-    with broker() as (bootstrap, broker_pid):
+    properties = dict(item.split("=", 1) for item in args.broker_property)
+    with broker(properties) as (bootstrap, broker_pid):
         report = asyncio.run(bench(args, bootstrap, broker_pid or args.broker_pid))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

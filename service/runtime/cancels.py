@@ -45,8 +45,9 @@ class CancelDesk:
     "Published before" is decided by record timestamps: a command whose record timestamp is not
     later than an untargeted cancel's is covered by it (Kafka orders nothing across topics, and
     the producer's timestamp is the only publication order the two topics share). What a
-    cancel covers is remembered by this owner only: a covered command read for the first time
-    after the partition moved to another owner, once the cancel's result was committed, runs.
+    cancel covers is remembered by the owner that reads it, and again by any owner that reads
+    it again; a covered command read for the first time by an owner that never read the cancel
+    (its offset was committed before the partition moved) runs.
     """
 
     def __init__(
@@ -69,19 +70,19 @@ class CancelDesk:
         """Take a cancel as it is read: signal what it stops now; the work answers it in order."""
         session_id = cancel.session_id
         work = CommandWork(record, session_id, cancel)
+        target = cancel.target_command_id
         if self._applied(session_id, cancel.command_id):
+            if target is None:
+                # Read again after a restart: what it covers is remembered again, so a covered
+                # command read only now is still skipped; everything else was done already.
+                self._cover(session_id, record.timestamp_ms)
             return work
         running = self._running.get(session_id)
-        target = cancel.target_command_id
         if target is not None:
             self._targets.setdefault(session_id, set()).add(target)
             hit = running is not None and _command_id(running.work) == target
         else:
-            covered = max(self._covers_until.pop(session_id, -1), record.timestamp_ms)
-            self._covers_until[session_id] = covered
-            if len(self._covers_until) > REMEMBERED_SESSIONS:
-                # The oldest cancel is forgotten: its late commands are long overdue by now.
-                del self._covers_until[next(iter(self._covers_until))]
+            covered = self._cover(session_id, record.timestamp_ms)
             hit = running is not None and running.work.record.timestamp_ms <= covered
         if running is not None and hit:
             logger.info(
@@ -118,6 +119,14 @@ class CancelDesk:
                 self._running.pop(work.session_id, None)
 
         return handle
+
+    def _cover(self, session_id: str, timestamp_ms: int) -> int:
+        covered = max(self._covers_until.pop(session_id, -1), timestamp_ms)
+        self._covers_until[session_id] = covered
+        if len(self._covers_until) > REMEMBERED_SESSIONS:
+            # The oldest cancel is forgotten: its late commands are long overdue by now.
+            del self._covers_until[next(iter(self._covers_until))]
+        return covered
 
     def _applied(self, session_id: str, command_id: str) -> bool:
         stored = self._store.get(session_id)

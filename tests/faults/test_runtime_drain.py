@@ -29,8 +29,9 @@ async def test_sigterm_commits_the_next_boundary_and_the_next_instance_goes_on(
             )
             asked = time.monotonic()
             assert await first.terminate() == 0, first.text()[-3000:]
-            # Grace is 3 s in the tests; the slow model call took 2 s of it.
-            assert time.monotonic() - asked < 3 + 2
+            # Bounded by the grace period (3 s in the tests) plus leaving the group, not by the
+            # rest of the turn; generous for a loaded machine.
+            assert time.monotonic() - asked < 15
             assert "invocation left at its boundary" in first.text()
             assert not client.results_for(command["command_id"])
             second = cluster.start("second")

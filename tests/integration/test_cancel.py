@@ -96,13 +96,13 @@ async def test_deferred_cancel_lets_the_running_tools_finish(stage: Stage) -> No
     result = await stage.result(command["command_id"])
     assert result["stop_reason"] == "cancelled", result
     assert _text(result) == "Enough for today"
+    await stage.exactly_once(command["command_id"], cancel_id)
     # The tool was not woken: it waited its full time, and its real result was kept.
     assert stage.tool_outcomes(s) == ["waited"]
     finished = stage.events(s, "tool_finished")
     assert [e["status"] for e in finished] == ["success"], finished
     # The batch ran to its end; the next model call never happened.
     assert len(stage.model_calls(s)) == 1
-    await stage.exactly_once(command["command_id"], cancel_id)
 
 
 async def test_an_immediate_cancel_upgrades_a_deferred_one(stage: Stage) -> None:

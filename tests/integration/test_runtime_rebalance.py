@@ -59,6 +59,7 @@ async def test_two_instances_a_third_joins_one_leaves_exactly_one_result_in_orde
         texts = [r["message"]["content"][0]["text"] for r in mine]
         assert texts == [f"done turn {k}" for k in range(1, COMMANDS_PER_SESSION + 1)]
         assert all(r["stop_reason"] == "end_turn" for r in mine)
-    # The instance that left handled part of the work before it went.
-    assert first.log_count("partitions revoked") >= 1
-    assert third.log_count("partitions assigned") >= 1
+    # Every instance did part of the work: the one that left before it went, the one that
+    # joined after it came.
+    workers = {call["pid"] for call in cluster.tool_calls()}
+    assert {first.pid, second.pid, third.pid} <= workers

@@ -41,8 +41,8 @@ def _cancel(offset: int, ts: int, **fields: Any) -> tuple[InputRecord, CancelCom
 
 
 class _Desk:
-    def __init__(self) -> None:
-        self.store = SessionStore()
+    def __init__(self, store: SessionStore | None = None) -> None:
+        self.store = store if store is not None else SessionStore()
         self.outcomes: list[Outcome] = []
         self.ran: list[str] = []
         self.desk = CancelDesk(
@@ -159,3 +159,14 @@ def test_refused_checkpoint_resume_follows_the_engine_order() -> None:
     assert code(asked) == "interrupt_pending"
     assert code(off) == "checkpointing_disabled"
     assert code(paused) == "checkpoint_incompatible"
+
+
+async def test_a_cancel_read_again_after_a_restart_still_covers_older_commands() -> None:
+    before = _Desk()
+    await before.run(before.desk.read(*_cancel(0, ts=100)))
+    after = _Desk(before.store)  # the next owner, with the sessions it restored
+    await after.run(after.desk.read(*_cancel(0, ts=100)))
+    await after.run(_command("old", 1, ts=90))
+    await after.run(_command("new", 2, ts=110))
+    assert after.ran == ["new"]
+    assert after.answered() == [("old", "cancelled")]
