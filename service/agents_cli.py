@@ -7,7 +7,6 @@ valid); any problem is printed as one clear line and exits 1. API keys are never
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -18,12 +17,6 @@ if TYPE_CHECKING:
     from service.cli import Subparsers
 
 _COLUMNS = ("name", "provider", "model", "tools", "executor", "checkpointing", "limits")
-
-
-def _process_environment() -> Mapping[str, str]:
-    # The command runs at the process boundary: the environment is where a deployment keeps
-    # the API keys that agents files name by variable (api_key_env); nothing else reads it here.
-    return dict(os.environ)
 
 
 def _cell(key: str, value: Any) -> str:
@@ -59,12 +52,12 @@ def list_agents(source: str, env: Mapping[str, str], *, as_json: bool) -> tuple[
 
 
 def _list(args: argparse.Namespace) -> int:
+    from service.settings import Settings, process_environment
+
     source = args.config
     if source is None:
-        from service.settings import Settings
-
         source = Settings().agents
-    status, output = list_agents(source, _process_environment(), as_json=args.json)
+    status, output = list_agents(source, process_environment(), as_json=args.json)
     print(output, file=sys.stderr if status else sys.stdout)
     return status
 

@@ -1,8 +1,9 @@
 """The composition root: builds the runtime from the settings and runs it until SIGTERM.
 
-Guarantees: nothing starts before the topics are verified and the agent registry loaded; a
-SIGTERM or SIGINT drains every owned partition (bounded by the revoke grace period) and leaves
-the group before the process exits.
+Guarantees: nothing starts before the agents are loaded; the operator endpoint (health,
+readiness, metrics, drain) listens for exactly as long as the runtime runs; a SIGTERM or SIGINT
+drains every owned partition (bounded by the revoke grace period) and leaves the group before
+the process exits.
 """
 
 from __future__ import annotations
@@ -12,26 +13,30 @@ import gc
 import logging
 import signal
 
-from service.agent.registry import load_agent_registry
+from service.agent_config import load_agents
 from service.observability.logs import configure_logging
+from service.observability.operability import Operability
 from service.runtime.runtime import Runtime
 from service.runtime.topics import create_topics
-from service.settings import Settings
+from service.settings import Settings, process_environment
 
 logger = logging.getLogger(__name__)
 
 
 async def serve(settings: Settings) -> None:
-    agents = load_agent_registry(settings.agents)
+    agents = load_agents(settings.agents, process_environment())
     _tune_gc()
-    runtime = Runtime(settings, agents)
+    ops = Operability(port=settings.health_port)
+    runtime = Runtime(settings, agents, operability=ops)
+    ops.set_drain(runtime.drain)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     logger.info("agents=<%s> | serving", sorted(agents))
     try:
-        await runtime.run(stop)
+        async with ops:
+            await runtime.run(stop)
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)

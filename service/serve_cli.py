@@ -17,12 +17,13 @@ if TYPE_CHECKING:
 
 
 def _serve(_: argparse.Namespace) -> int:
+    from service.agent_config import AgentConfigError
     from service.app import run_service
     from service.runtime.topics import TopicLayoutError
 
     try:
         run_service(Settings())
-    except TopicLayoutError as exc:
+    except (TopicLayoutError, AgentConfigError) as exc:
         print(f"cairn serve: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -5,6 +5,8 @@ Built once at start-up and passed down; this is the only module that reads the e
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr, model_validator
@@ -101,6 +103,12 @@ class FaultSettings(BaseModel):
     fail_at: FaultPoint | None = None
     fail_after: int = Field(default=1, gt=0)
     """Fail the commit the n-th time the point is reached, once."""
+    hold_restore: bool = False
+    """Every partition's restore waits until the process receives SIGUSR1 (makes a restore in
+    progress observable from outside)."""
+    fail_command: str | None = None
+    """Handling the record of this command id raises, as an unexpected bug would (a poison
+    record: it must be answered and never stop its partition)."""
 
 
 class Settings(BaseSettings):
@@ -127,7 +135,14 @@ class Settings(BaseSettings):
         return self
 
     agents: str = "service.demo:agents"
-    """Import path ``package.module:attribute`` of the agent registry."""
+    """The agents hosted: an agents file (``.toml``/``.yaml``) or a registry import path
+    ``package.module:attribute``."""
     health_port: int | None = Field(default=8080, ge=0)
     log_level: str = "INFO"
     log_json: bool = True
+
+
+def process_environment() -> Mapping[str, str]:
+    """A snapshot of the process environment, for what settings cannot name in advance: the
+    API-key variables an agents file refers to (``api_key_env``)."""
+    return dict(os.environ)

@@ -16,6 +16,8 @@ from service.agent.types import Checkpoint, ContentBlock, Interrupt, Message
 SESSION_STATE_VERSION = 1
 APPLIED_COMMANDS_KEPT = 256
 """How many applied command ids a session remembers for de-duplication (oldest dropped)."""
+OPTIONAL_KEYS = ("cancelled_before_ms", "inflight_published_ms")
+"""Keys ``to_dict`` writes only when set, so states that never used them keep their layout."""
 
 
 def clone_json(value: Any) -> Any:
@@ -117,6 +119,12 @@ class SessionState:
     """Checkpointing of the current turn, so resumes need not repeat it."""
     turn_limits: dict[str, Any] | None = None
     """Limits of the current turn (``Limits.to_dict`` form), so resumes need not repeat them."""
+    cancelled_before_ms: int | None = None
+    """Publication time (record timestamp, ms) up to which a cancel covers this session's
+    commands: one published no later is answered ``cancelled`` whenever it is first read."""
+    inflight_published_ms: int | None = None
+    """Publication time of the command ``inflight`` names, so a cancel resolves that marker only
+    when it covers that command."""
 
     @property
     def interrupted(self) -> bool:
@@ -146,6 +154,8 @@ class SessionState:
             schema_version=self.schema_version,
             turn_checkpointing=self.turn_checkpointing,
             turn_limits=dict(self.turn_limits) if self.turn_limits is not None else None,
+            cancelled_before_ms=self.cancelled_before_ms,
+            inflight_published_ms=self.inflight_published_ms,
         )
 
     def mark_applied(self, command_id: str) -> None:
@@ -155,7 +165,7 @@ class SessionState:
         del self.applied_commands[:-APPLIED_COMMANDS_KEPT]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "schema_version": self.schema_version,
             "session_id": self.session_id,
             "agent": self.agent,
@@ -171,6 +181,11 @@ class SessionState:
             "turn_checkpointing": self.turn_checkpointing,
             "turn_limits": self.turn_limits,
         }
+        for key in OPTIONAL_KEYS:
+            value = getattr(self, key)
+            if value is not None:
+                data[key] = value
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SessionState:
@@ -193,4 +208,6 @@ class SessionState:
             applied_commands=list(data.get("applied_commands") or []),
             turn_checkpointing=data.get("turn_checkpointing"),
             turn_limits=data.get("turn_limits"),
+            cancelled_before_ms=data.get("cancelled_before_ms"),
+            inflight_published_ms=data.get("inflight_published_ms"),
         )

@@ -44,6 +44,11 @@ class RestoreTracker:
         if self._metrics is not None:
             self._metrics.rebalance("lost" if lost else "revoked", len(self._assigned))
 
+    def restoring(self, partition: Hashable) -> None:
+        """An owned partition restores again (its owner was re-created): not ready until done."""
+        if partition in self._assigned:
+            self._restoring.setdefault(partition, time.monotonic())
+
     def restored(self, partition: Hashable) -> None:
         """The partition's state store is caught up; observes its restore time once."""
         started = self._restoring.pop(partition, None)

@@ -17,6 +17,9 @@ from service.agent.definition import AgentDefinition
 from service.agent.loop import resolve_cancel
 from service.agent.state import SessionState
 from service.agent.types import AgentResult
+from service.observability.logs import log_context
+from service.observability.metrics import Metrics
+from service.observability.tracing import from_headers, span
 from service.runtime.bad_input import classify_refusal
 from service.runtime.records import ParsedCommand, result_record
 from service.runtime.work import CommandWork, InputRecord, Outcome, OutRecord, StateWrite
@@ -24,6 +27,7 @@ from service.sessions.codec import encode_state
 from service.sessions.store import SessionStore, StoredSession
 from service.settings import TopicSettings
 from service.wire.commands import CancelCommand
+from service.wire.errors import WireError
 
 logger = logging.getLogger(__name__)
 
@@ -45,9 +49,10 @@ class CancelDesk:
     "Published before" is decided by record timestamps: a command whose record timestamp is not
     later than an untargeted cancel's is covered by it (Kafka orders nothing across topics, and
     the producer's timestamp is the only publication order the two topics share). What a
-    cancel covers is remembered by the owner that reads it, and again by any owner that reads
-    it again; a covered command read for the first time by an owner that never read the cancel
-    (its offset was committed before the partition moved) runs.
+    cancel covers is remembered in memory from the moment it is read, and durably from its
+    answer on: the session state committed with the cancel keeps its timestamp
+    (``cancelled_before_ms``) and a target it answered ahead (as applied), so a covered command
+    first read by a later owner, after the partition moved, is still answered ``cancelled``.
     """
 
     def __init__(
@@ -57,11 +62,14 @@ class CancelDesk:
         submit: Callable[[Outcome], None],
         topics: TopicSettings,
         agents: Mapping[str, AgentDefinition],
+        metrics: Metrics | None = None,
     ) -> None:
         self._store = store
         self._submit = submit
         self._topics = topics
         self._agents = agents
+        self._metrics = metrics if metrics is not None else Metrics()
+        self._signalled: set[str] = set()
         self._covers_until: dict[str, int] = {}
         self._targets: dict[str, set[str]] = {}
         self._running: dict[str, _Running] = {}
@@ -92,11 +100,30 @@ class CancelDesk:
                 cancel.command_id,
             )
             running.signal.cancel(cancel.message, after_current_tools=cancel.after_current_tools)
+            self._signalled.add(cancel.command_id)
         return work
 
     def wrap(self, handler: Handler) -> Handler:
-        """The session-queue handler: cancels answered, covered commands skipped, others run."""
+        """The session-queue handler: cancels answered, covered commands skipped, others run.
 
+        Each command is handled inside its own span (parented by the trace context of its
+        record) and log context, so its outputs carry the trace and its log lines its ids.
+        """
+        dispatch = self._dispatch(handler)
+
+        async def handle(work: CommandWork) -> None:
+            command = work.command
+            command_id = command.command_id if command is not None else _wire_id(work.error)
+            with span("cairn.command", from_headers(work.record.headers)) as trace:
+                work.trace = trace.headers()
+                with log_context(
+                    session_id=work.session_id, command_id=command_id, trace_id=trace.trace_id
+                ):
+                    await dispatch(work)
+
+        return handle
+
+    def _dispatch(self, handler: Handler) -> Handler:
         async def handle(work: CommandWork) -> None:
             command = work.command
             if isinstance(command, CancelCommand):
@@ -139,7 +166,10 @@ class CancelDesk:
         targets = self._targets.get(session_id)
         if targets is not None and command.command_id in targets:
             return True
-        return work.record.timestamp_ms <= self._covers_until.get(session_id, -1)
+        stored = self._store.get(session_id)
+        durable = stored.state.cancelled_before_ms if stored is not None else None
+        covered = max(self._covers_until.get(session_id, -1), -1 if durable is None else durable)
+        return work.record.timestamp_ms <= covered
 
     def _skip(self, work: CommandWork, command: ParsedCommand) -> None:
         """Answer a covered command ``cancelled`` without running it."""
@@ -155,6 +185,7 @@ class CancelDesk:
         if inflight is not None and inflight.command_id == command.command_id:
             # It ran up to a boundary before a crash: close its turn as a cancel there would have.
             result, state = resolve_cancel(state, None, command_id=command.command_id)
+            state.inflight_published_ms = None
         else:
             result = _plain_cancelled(state)
             state = state.copy()
@@ -164,8 +195,15 @@ class CancelDesk:
             session_id,
             command.command_id,
         )
+        self._metrics.command(command.type, "skipped")
+        self._metrics.result(result.stop_reason)
         record = result_record(
-            self._topics.results, session_id, command.command_id, result, command.metadata
+            self._topics.results,
+            session_id,
+            command.command_id,
+            result,
+            command.metadata,
+            work.trace,
         )
         self._commit(work, stored, state, [record])
 
@@ -174,13 +212,18 @@ class CancelDesk:
         session_id = work.session_id
         stored = self._store.get(session_id)
         state = stored.state if stored is not None else SessionState(session_id=session_id)
+        signalled = cancel.command_id in self._signalled
+        self._signalled.discard(cancel.command_id)
         if cancel.command_id in state.applied_commands:
+            self._metrics.command("cancel", "duplicate")
+            self._metrics.cancel("duplicate")
             self._submit(Outcome(finished=[work.record.origin]))
             return
+        self._metrics.cancel(_cancel_outcome(cancel, state, signalled))
         records: list[OutRecord] = []
         target = cancel.target_command_id
         if target is None:
-            result, state = resolve_cancel(state, cancel.message, command_id=cancel.command_id)
+            result, state = self._resolve(state, work.record.timestamp_ms, cancel)
         else:
             self._forget_target(session_id, target)
             result = _plain_cancelled(state)
@@ -188,8 +231,11 @@ class CancelDesk:
             if target not in state.applied_commands:
                 # Not seen yet: answer it now; when it arrives it is a known, answered command.
                 records.append(
-                    result_record(self._topics.results, session_id, target, result, None)
+                    result_record(
+                        self._topics.results, session_id, target, result, None, work.trace
+                    )
                 )
+                self._metrics.result(result.stop_reason)
                 state.mark_applied(target)
             state.mark_applied(cancel.command_id)
         logger.info(
@@ -200,9 +246,32 @@ class CancelDesk:
             result.message is not None,
         )
         records.append(
-            result_record(self._topics.results, session_id, cancel.command_id, result, None)
+            result_record(
+                self._topics.results, session_id, cancel.command_id, result, None, work.trace
+            )
         )
+        self._metrics.command("cancel", "ok")
+        self._metrics.result(result.stop_reason)
         self._commit(work, stored, state, records)
+
+    def _resolve(
+        self, state: SessionState, timestamp_ms: int, cancel: CancelCommand
+    ) -> tuple[AgentResult, SessionState]:
+        """Resolve the session's pause and record durably up to when the cancel covers."""
+        inflight = state.inflight
+        published = state.inflight_published_ms
+        if inflight is not None and published is not None and published > timestamp_ms:
+            # The in-flight command was published after the cancel (it started before the
+            # cancel was read, then its owner died): its redelivery continues it, uncancelled.
+            result = _plain_cancelled(state)
+            state = state.copy()
+            state.mark_applied(cancel.command_id)
+        else:
+            result, state = resolve_cancel(state, cancel.message, command_id=cancel.command_id)
+            state.inflight_published_ms = None
+        previous = state.cancelled_before_ms
+        state.cancelled_before_ms = max(timestamp_ms, -1 if previous is None else previous)
+        return result, state
 
     def _commit(
         self,
@@ -244,3 +313,18 @@ def _plain_cancelled(state: SessionState) -> AgentResult:
     bare.inflight = None
     result, _ = resolve_cancel(bare)
     return result
+
+
+def _wire_id(error: Exception | None) -> str | None:
+    return error.command_id if isinstance(error, WireError) else None
+
+
+def _cancel_outcome(cancel: CancelCommand, state: SessionState, signalled: bool) -> str:
+    """What a cancel met, for the cancels metric."""
+    if cancel.target_command_id is not None:
+        return "targeted"
+    if signalled:
+        return "deferred" if cancel.after_current_tools else "running"
+    if state.pending is not None or state.checkpoint is not None:
+        return "paused"
+    return "idle"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from aiokafka import AIOKafkaConsumer
 
@@ -30,8 +30,10 @@ class ConsumerLoop:
         inflight: InFlight,
         *,
         max_records: int,
+        on_turn: Callable[[], None] | None = None,
     ) -> None:
         self._consumer = consumer
+        self._on_turn = on_turn if on_turn is not None else _nothing
         self._owners = owners
         self._inflight = inflight
         self._max_records = max_records
@@ -43,7 +45,9 @@ class ConsumerLoop:
 
     async def run(self) -> None:
         consumer = self._consumer
+        on_turn = self._on_turn
         while not self._stopping.is_set():
+            on_turn()
             batches = await consumer.getmany(
                 timeout_ms=_PAUSED_POLL_MS if self.paused else _POLL_MS,
                 max_records=self._max_records,
@@ -63,6 +67,11 @@ class ConsumerLoop:
                         )
                     )
             self._apply_backpressure()
+            if batches:
+                # getmany() returns prefetched records without suspending: without this yield a
+                # whole fetch response (thousands of commands) would start before any commit's
+                # I/O completes. Now one turn runs at most max_records steps.
+                await asyncio.sleep(0)
 
     def _apply_backpressure(self) -> None:
         consumer = self._consumer
@@ -81,3 +90,7 @@ class ConsumerLoop:
             if paused:
                 consumer.resume(*paused)
             self.paused = False
+
+
+def _nothing() -> None:
+    pass

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from service.observability.metrics import Metrics
 from service.runtime.cancels import CancelDesk
 from service.runtime.records import dlq_record, session_key
 from service.runtime.work import CommandWork, InputRecord, Outcome
@@ -34,11 +35,13 @@ class ControlHandler:
         desk: CancelDesk,
         put: Callable[[CommandWork], None],
         dlq_topic: str,
+        metrics: Metrics | None = None,
     ) -> None:
         self._submit = submit
         self._desk = desk
         self._put = put
         self._dlq_topic = dlq_topic
+        self._metrics = metrics if metrics is not None else Metrics()
 
     def handle(self, record: InputRecord) -> None:
         try:
@@ -53,6 +56,8 @@ class ControlHandler:
                 record.origin.offset,
                 exc.reason,
             )
+            self._metrics.command("cancel", "dlq")
+            self._metrics.dlq(exc.code)
             self._submit(
                 Outcome(
                     records=[dlq_record(self._dlq_topic, record, exc.reason, exc.code)],

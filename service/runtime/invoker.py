@@ -10,6 +10,7 @@ a transaction.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -33,6 +34,7 @@ from service.agent.invocation import Invocation
 from service.agent.loop import run_invocation
 from service.agent.state import SessionState
 from service.agent.types import AgentResult
+from service.observability.metrics import Metrics
 from service.runtime.records import (
     ParsedCommand,
     event_record,
@@ -81,7 +83,9 @@ class Invoker:
         stopping: Callable[[], bool],
         topics: TopicSettings,
         state_max_bytes: int,
+        metrics: Metrics | None = None,
     ) -> None:
+        self._metrics = metrics if metrics is not None else Metrics()
         self._agents = agents
         self._store = store
         self._submit = submit
@@ -103,6 +107,7 @@ class Invoker:
                 command.session_id,
                 command.command_id,
             )
+            self._metrics.command(command.type, "duplicate")
             self._submit(Outcome(finished=[origin]))
             return
         agent_name = command.agent or (stored.state.agent if stored is not None else None)
@@ -115,12 +120,14 @@ class Invoker:
         if stored is None:
             stored = StoredSession(SessionState(session_id=command.session_id, agent=agent.name))
         try:
-            await self._run(work, command, agent, stored)
+            with self._metrics.inflight():
+                await self._run(work, command, agent, stored)
         except EngineError as exc:
             self._reject(work, stored, exc)
         except _AbandonedError:
             # Its offset stays unfinished: the next owner redelivers it and the engine goes on
             # from the boundary just committed.
+            self._metrics.command(command.type, "abandoned")
             logger.info(
                 "session_id=<%s>, command_id=<%s> | stopping: invocation left at its boundary",
                 command.session_id,
@@ -158,6 +165,8 @@ class Invoker:
         )
         run = _Run(work=work, stored=stored, events=[], text=[])
         seq = stored.event_seq
+        observe_step = self._metrics.observe_step
+        step_started = time.perf_counter()
         events = cast(
             "AsyncGenerator[Event, None]",
             run_invocation(agent, stored.state, invocation, cancel=work.cancel),
@@ -175,7 +184,12 @@ class Invoker:
                         "paused": False,
                     }
                     seq = self._event(run, command, seq, "checkpoint_reached", data)
+                    # A cancel read later, by another owner, must know whether it covers this.
+                    event.state.inflight_published_ms = work.record.timestamp_ms
                     self._commit_state(run, event.state, seq, finished=None, result=None)
+                    now = time.perf_counter()
+                    observe_step(now - step_started)
+                    step_started = now
                     # Nothing past a boundary (a tool's side effect above all) may happen before
                     # the boundary is committed, or a crash would replay a different future.
                     await self._durable()
@@ -184,9 +198,11 @@ class Invoker:
                 elif isinstance(event, Stopped):
                     state = event.state
                     state.mark_applied(command.command_id)
+                    state.inflight_published_ms = None
                     self._commit_state(
                         run, state, seq, finished=work.record.origin, result=event.result
                     )
+                    observe_step(time.perf_counter() - step_started)
                     return
                 else:
                     seq = self._event(run, command, seq, *_describe(event))
@@ -216,12 +232,14 @@ class Invoker:
                 command.command_id,
                 result,
                 command.metadata,
+                run.work.trace,
             )
             if record.value is not None and len(record.value) > self._state_max_bytes:
                 raise StateTooLargeError(len(record.value), self._state_max_bytes)
             outcome.records.append(record)
             outcome.finished.append(finished)
             outcome.results = 1
+            self._count_result(command.type, result)
         stored = StoredSession(state=state, event_seq=seq)
         self._store.put(state.session_id, stored)
         run.stored = stored
@@ -239,7 +257,13 @@ class Invoker:
     ) -> int:
         try:
             record = event_record(
-                self._topics.events, command.session_id, command.command_id, seq + 1, kind, data
+                self._topics.events,
+                command.session_id,
+                command.command_id,
+                seq + 1,
+                kind,
+                data,
+                run.work.trace,
             )
         except ValidationError as exc:
             # Progress events are optional to consumers; one the contract cannot carry must not
@@ -289,19 +313,39 @@ class Invoker:
         outcome = Outcome(finished=[work.record.origin], results=1, replay_unsafe=True)
         outcome.records.append(
             failure_record(
-                self._topics.results, work.session_id, command_id or "", code, message, metadata
+                self._topics.results,
+                work.session_id,
+                command_id or "",
+                code,
+                message,
+                metadata,
+                work.trace,
             )
         )
+        self._metrics.command(command.type if command is not None else "other", "error")
+        self._metrics.result("error", code)
         if stored is not None and command_id:
             latest = self._store.get(work.session_id)
             seq = max(stored.event_seq, latest.event_seq if latest is not None else 0)
             state = stored.state.copy()
             state.inflight = None
+            state.inflight_published_ms = None
             state.mark_applied(command_id)
             outcome.state = StateWrite(work.session_id, encode_state(state), seq)
             outcome.replay_unsafe = False
             self._store.put(work.session_id, StoredSession(state, seq))
         self._submit(outcome)
+
+    def _count_result(self, command_type: str, result: AgentResult) -> None:
+        stop_reason = result.stop_reason
+        error = result.error
+        self._metrics.result(stop_reason, error.code if error is not None else None)
+        outcome = _OUTCOMES.get(stop_reason, "ok")
+        self._metrics.command(command_type, outcome)
+
+
+_OUTCOMES: dict[str, str] = {"cancelled": "cancelled", "error": "error"}
+"""Command outcome by the stop reason of its result; every other stop reason is ``ok``."""
 
 
 def _known_code(code: str) -> ErrorCode:

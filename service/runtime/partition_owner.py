@@ -13,12 +13,13 @@ import contextlib
 import enum
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
 
 from service.agent.definition import AgentDefinition
+from service.observability.metrics import Metrics
 from service.runtime.cancels import CancelDesk
 from service.runtime.clients import transactional_producer
 from service.runtime.committer import CommitObserver, Committer
@@ -26,6 +27,7 @@ from service.runtime.control import ControlHandler
 from service.runtime.faults import FaultPoints
 from service.runtime.invoker import Invoker
 from service.runtime.offsets import OffsetTracker
+from service.runtime.poison import NOT_THE_RECORDS, PoisonGuard
 from service.runtime.records import dlq_record, parse_command, session_key
 from service.runtime.restore import SessionsReader
 from service.runtime.session_queue import SessionQueues
@@ -72,6 +74,7 @@ class OwnerContext:
     on_restored: Callable[[int], None]
     sessions: SessionsReader
     observer: CommitObserver | None = None
+    metrics: Metrics = field(default_factory=Metrics)
 
 
 class _StopRequestedError(Exception):
@@ -96,6 +99,7 @@ class PartitionOwner:
         self._queues: SessionQueues | None = None
         self._committer: Committer | None = None
         self._control: ControlHandler | None = None
+        self._guard: PoisonGuard | None = None
         self.exit: OwnerExit | None = None
 
     @property
@@ -168,6 +172,7 @@ class PartitionOwner:
         await producer.start()
         if self._seek_on_start:
             await self._seek_to_committed()
+        await self._ctx.faults.before_restore(self.partition)
         store = await self._ctx.sessions.restore(self.partition)
         committer = Committer(
             producer=producer,
@@ -190,16 +195,28 @@ class PartitionOwner:
             stopping=self._stop_requested.is_set,
             topics=self._topics,
             state_max_bytes=settings.runtime.state_record_max_bytes,
+            metrics=self._ctx.metrics,
         )
         self._committer = committer
         cancels = CancelDesk(
-            store=store, submit=committer.submit, topics=self._topics, agents=self._ctx.agents
+            store=store,
+            submit=committer.submit,
+            topics=self._topics,
+            agents=self._ctx.agents,
+            metrics=self._ctx.metrics,
         )
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(committer.run())
-            self._queues = SessionQueues(tasks, cancels.wrap(invoker.handle))
+            self._guard = PoisonGuard(
+                store=store,
+                submit=committer.submit,
+                topics=self._topics,
+                faults=self._ctx.faults,
+                metrics=self._ctx.metrics,
+            )
+            self._queues = SessionQueues(tasks, self._guard.wrap(cancels.wrap(invoker.handle)))
             self._control = ControlHandler(
-                committer.submit, cancels, self._queues.put, self._topics.dlq
+                committer.submit, cancels, self._queues.put, self._topics.dlq, self._ctx.metrics
             )
             self._restored = True
             self._ctx.on_restored(self.partition)
@@ -252,6 +269,15 @@ class PartitionOwner:
         self._ctx.inflight.count -= count
 
     def _route(self, record: InputRecord) -> None:
+        try:
+            self._route_record(record)
+        except NOT_THE_RECORDS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a poison record must not stop the partition
+            assert self._guard is not None
+            self._guard.record_failed(record, exc)
+
+    def _route_record(self, record: InputRecord) -> None:
         if record.origin.topic == self._topics.control:
             assert self._control is not None
             self._control.handle(record)
@@ -269,6 +295,8 @@ class PartitionOwner:
                 record.origin.offset,
                 exc.reason,
             )
+            self._ctx.metrics.command("other", "dlq")
+            self._ctx.metrics.dlq(exc.code)
             self._committer.submit(
                 Outcome(
                     records=[dlq_record(self._topics.dlq, record, exc.reason, exc.code)],

@@ -93,9 +93,12 @@ def result_record(
     command_id: str,
     result: AgentResult,
     metadata: dict[str, Any] | None,
+    headers: list[tuple[str, bytes]] | None = None,
 ) -> OutRecord:
     record = wire_result(result, session_id=session_id, command_id=command_id, metadata=metadata)
-    return OutRecord(topic=topic, key=session_id.encode(), value=encode_result(record))
+    return OutRecord(
+        topic=topic, key=session_id.encode(), value=encode_result(record), headers=headers or []
+    )
 
 
 def failure_record(
@@ -105,6 +108,7 @@ def failure_record(
     code: ErrorCode,
     message: str,
     metadata: dict[str, Any] | None,
+    headers: list[tuple[str, bytes]] | None = None,
 ) -> OutRecord:
     record = error_record(
         session_id=session_id,
@@ -113,14 +117,24 @@ def failure_record(
         message=message,
         metadata=metadata,
     )
-    return OutRecord(topic=topic, key=session_id.encode(), value=encode_result(record))
+    return OutRecord(
+        topic=topic, key=session_id.encode(), value=encode_result(record), headers=headers or []
+    )
 
 
 def event_record(
-    topic: str, session_id: str, command_id: str, seq: int, kind: str, data: dict[str, Any]
+    topic: str,
+    session_id: str,
+    command_id: str,
+    seq: int,
+    kind: str,
+    data: dict[str, Any],
+    headers: list[tuple[str, bytes]] | None = None,
 ) -> OutRecord:
     event = EVENT_MODELS[kind](session_id=session_id, command_id=command_id, seq=seq, **data)
-    return OutRecord(topic=topic, key=session_id.encode(), value=encode(event))
+    return OutRecord(
+        topic=topic, key=session_id.encode(), value=encode(event), headers=headers or []
+    )
 
 
 def dlq_record(topic: str, record: InputRecord, reason: str, code: ErrorCode) -> OutRecord:

@@ -16,8 +16,10 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 
 from service.agent.definition import AgentDefinition
+from service.observability.metrics import Metrics
+from service.observability.operability import Operability
 from service.runtime.clients import connection_options
-from service.runtime.commit_stats import CommitStats
+from service.runtime.commit_stats import CommitReport, CommitStats
 from service.runtime.committer import CommitObserver
 from service.runtime.consumer_loop import ConsumerLoop
 from service.runtime.faults import FaultPoints
@@ -41,11 +43,15 @@ class Runtime:
         agents: Mapping[str, AgentDefinition],
         *,
         observer: CommitObserver | None = None,
+        operability: Operability | None = None,
     ) -> None:
         self._settings = settings
         self._agents = agents
         self._lag = LoopLag()
-        self._observer = observer if observer is not None else CommitStats(lag=self._lag)
+        self._ops = operability if operability is not None else Operability(port=None)
+        self._observer = _with_commit_metric(
+            observer if observer is not None else CommitStats(lag=self._lag), self._ops.metrics
+        )
         self._owners: dict[int, PartitionOwner] = {}
         self._owner_tasks: dict[PartitionOwner, asyncio.Task[None]] = {}
         self._assigned: set[int] = set()
@@ -97,9 +103,14 @@ class Runtime:
             faults=FaultPoints(settings.faults),
             on_restored=self._restored,
             observer=self._observer,
+            metrics=self._ops.metrics,
         )
         loop = ConsumerLoop(
-            consumer, self._owners, self.inflight, max_records=settings.runtime.fetch_max_records
+            consumer,
+            self._owners,
+            self.inflight,
+            max_records=settings.runtime.fetch_max_records,
+            on_turn=self._ops.heartbeat.beat,
         )
         logger.info(
             "group=<%s>, instance=<%s>, partitions=<%d> | joining",
@@ -120,6 +131,7 @@ class Runtime:
                 await stop.wait()
                 logger.info("owners=<%d> | stopping: draining partitions", len(self._owners))
                 self._stopping = True
+                self._ops.readiness.stopping()
                 loop.stop()
                 await fetching
                 await self._stop_owners(set(self._owners))
@@ -130,9 +142,21 @@ class Runtime:
             await consumer.stop()
             logger.info("left the group")
 
+    async def drain(self) -> None:
+        """Stop taking work and let every owned partition reach a commit (the pre-stop hook);
+        the instance stays in the group until :meth:`run`'s stop event ends it."""
+        logger.info("owners=<%d> | drain requested: draining partitions", len(self._owners))
+        self._stopping = True
+        self._ops.readiness.stopping()
+        await self._stop_owners(set(self._owners))
+
     async def _assign(self, partitions: set[int]) -> None:
         self._joined = True
+        dropped = self._assigned - partitions
+        if dropped:
+            self._ops.readiness.revoked(dropped)
         self._assigned = set(partitions)
+        self._ops.readiness.assigned(p for p in partitions if p not in self._owners)
         if self._stopping:
             return
         logger.info("partitions=<%s> | partitions assigned", sorted(partitions))
@@ -143,9 +167,11 @@ class Runtime:
     async def _revoke(self, partitions: set[int]) -> None:
         logger.info("partitions=<%s> | partitions revoked", sorted(partitions))
         self._assigned -= partitions
+        self._ops.readiness.revoked(partitions)
         await self._stop_owners(partitions)
 
     def _restored(self, partition: int) -> None:
+        self._ops.readiness.restored(partition)
         logger.info("partition=<%d> | partition ready", partition)
 
     def _start_owner(self, partition: int, *, seek_on_start: bool) -> None:
@@ -164,6 +190,7 @@ class Runtime:
         if exit_ is OwnerExit.FAILED and not self._stopping:
             await asyncio.sleep(_RESTART_BACKOFF_S)
             if owner.partition in self._assigned and owner.partition not in self._owners:
+                self._ops.readiness.restoring(owner.partition)
                 self._start_owner(owner.partition, seek_on_start=True)
 
     async def _stop_owners(self, partitions: set[int]) -> None:
@@ -179,3 +206,14 @@ class Runtime:
             task.cancel()
         if pending:
             await asyncio.wait(pending)
+
+
+def _with_commit_metric(observer: CommitObserver, metrics: Metrics) -> CommitObserver:
+    """``observer`` plus the commit-latency histogram, in one call per commit."""
+    observe = metrics.observe_commit
+
+    def observed(report: CommitReport) -> None:
+        observe(report.seconds)
+        observer(report)
+
+    return observed

@@ -43,6 +43,8 @@ class CommandWork:
     error: Exception | None = None
     cancel: CancelSignal | None = None
     """The invocation's cancel signal, set just before it runs."""
+    trace: list[tuple[str, bytes]] | None = None
+    """Trace-context headers of the command's span, put on every result and event it causes."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,9 +6,9 @@ upcast by :mod:`service.sessions.codec`, which stays the only reader Cairn uses 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from service.wire.base import Id, JsonObject, OutboundModel, PartModel
 from service.wire.blocks import Message, WrittenBlock
@@ -70,3 +70,17 @@ class SessionStateRecord(OutboundModel):
     """Checkpointing of the current turn, so resumes need not repeat it."""
     turn_limits: TurnLimits | None
     """Limits of the current turn, so resumes need not repeat them."""
+    cancelled_before_ms: Annotated[int, Field(ge=0)] | None = None
+    """Publication time (record timestamp, ms) up to which a cancel covers the session's
+    commands; absent when no cancel was applied."""
+    inflight_published_ms: Annotated[int, Field(ge=0)] | None = None
+    """Publication time of the command ``inflight`` names; absent when unknown."""
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_optionals(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Written only when set, as SessionState.to_dict does, so older layouts stay exact.
+        data: dict[str, Any] = handler(self)
+        for key in ("cancelled_before_ms", "inflight_published_ms"):
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data

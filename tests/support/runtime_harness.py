@@ -317,12 +317,18 @@ class Client:
                     value["_offset"] = record.offset
                     sink.append(value)
 
-    async def send(self, *commands: dict[str, Any], topic: str | None = None) -> None:
+    async def send(
+        self, *commands: dict[str, Any], topic: str | None = None, timestamp_ms: int | None = None
+    ) -> None:
+        """Publish in order; ``timestamp_ms`` sets the records' publication time explicitly."""
         assert self._producer is not None
         target = topic or self.cluster.topics.commands
         for command in commands:
             await self._producer.send(
-                target, key=command["session_id"].encode(), value=orjson.dumps(command)
+                target,
+                key=command["session_id"].encode(),
+                value=orjson.dumps(command),
+                timestamp_ms=timestamp_ms,
             )
         await self._producer.flush()
 

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 
 from service.agent.definition import AgentDefinition
-from service.agent.state import PendingBatch, SessionState
+from service.agent.state import Inflight, PendingBatch, SessionState
 from service.agent.types import Checkpoint, Interrupt
 from service.runtime.bad_input import classify_refusal
 from service.runtime.cancels import CancelDesk
@@ -170,3 +170,37 @@ async def test_a_cancel_read_again_after_a_restart_still_covers_older_commands()
     await after.run(_command("new", 2, ts=110))
     assert after.ran == ["new"]
     assert after.answered() == [("old", "cancelled")]
+
+
+async def test_an_answered_cancel_covers_older_commands_first_read_by_the_next_owner() -> None:
+    before = _Desk()
+    await before.run(before.desk.read(*_cancel(0, ts=100)))
+    restored = SessionStore()  # what the next owner restores: the state committed with it
+    for outcome in before.outcomes:
+        if outcome.state is not None:
+            restored.load(outcome.state.session_id.encode(), outcome.state.value, [])
+    after = _Desk(restored)  # never reads the cancel: its offset was committed with its answer
+    await after.run(_command("old", 1, ts=100))
+    await after.run(_command("new", 2, ts=101))
+    assert after.ran == ["new"]
+    assert after.answered() == [("old", "cancelled")]
+
+
+async def test_a_cancel_leaves_the_inflight_marker_of_a_command_published_after_it() -> None:
+    inflight = Inflight("later", "after_model", 0)
+    state = SessionState(session_id="s", agent="a", inflight=inflight, inflight_published_ms=300)
+    store = SessionStore()
+    store.put("s", StoredSession(state))
+    t = _Desk(store)
+    await t.run(t.desk.read(*_cancel(0, ts=200)))
+    stored = t.store.get("s")
+    assert stored is not None and stored.state.inflight == inflight
+    assert stored.state.cancelled_before_ms == 200
+    await t.run(_command("later", 1, ts=300))
+    assert t.ran == ["later"]  # continues from its boundary, uncancelled
+    covered = SessionState(session_id="s", agent="a", inflight=inflight, inflight_published_ms=150)
+    store.put("s", StoredSession(covered))
+    t = _Desk(store)
+    await t.run(t.desk.read(*_cancel(1, ts=200)))
+    stored = t.store.get("s")
+    assert stored is not None and stored.state.inflight is None

@@ -1,0 +1,105 @@
+"""The poison guard without a broker: an unexpected failure answers its record once, and only."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from service.agent.state import Inflight, SessionState
+from service.runtime.committer import CommitFailedError
+from service.runtime.poison import PoisonGuard
+from service.runtime.records import ParsedCommand
+from service.runtime.work import CommandWork, InputRecord, Origin, Outcome
+from service.sessions.codec import decode_state
+from service.sessions.store import SessionStore, StoredSession
+from service.settings import TopicSettings
+
+TOPICS = TopicSettings()
+
+
+def _work(command_id: str = "c", offset: int = 3) -> CommandWork:
+    record = InputRecord(Origin(TOPICS.commands, 0, offset), b"s", b"{}", [], 10)
+    parsed = ParsedCommand(
+        type="invoke", command_id=command_id, session_id="s", agent="a", input="hi"
+    )
+    return CommandWork(record, "s", parsed)
+
+
+class _Guarded:
+    def __init__(self, state: SessionState | None = None) -> None:
+        self.store = SessionStore()
+        if state is not None:
+            self.store.put("s", StoredSession(state, 4))
+        self.outcomes: list[Outcome] = []
+        self.guard = PoisonGuard(store=self.store, submit=self.outcomes.append, topics=TOPICS)
+
+
+async def test_an_unexpected_failure_is_answered_internal_with_its_offset_and_state() -> None:
+    marker = Inflight("c", "after_model", 0)
+    t = _Guarded(SessionState(session_id="s", agent="a", inflight=marker))
+
+    async def broken(work: CommandWork) -> None:
+        raise KeyError("surprise")
+
+    await t.guard.wrap(broken)(_work())
+    [outcome] = t.outcomes
+    assert outcome.finished == [Origin(TOPICS.commands, 0, 3)] and outcome.results == 1
+    [record] = outcome.records
+    assert record.topic == TOPICS.results and record.value is not None
+    body = orjson.loads(record.value)
+    assert body["command_id"] == "c" and body["error"]["code"] == "internal"
+    assert "KeyError" in body["error"]["message"]
+    assert outcome.state is not None
+    state = decode_state(outcome.state.value)
+    assert state.inflight is None and "c" in state.applied_commands
+    assert outcome.state.event_seq == 4
+
+
+async def test_a_failure_after_the_answer_adds_nothing() -> None:
+    t = _Guarded(SessionState(session_id="s", agent="a"))
+
+    async def answers_then_fails(work: CommandWork) -> None:
+        stored = t.store.get("s")
+        assert stored is not None
+        stored.state.mark_applied("c")
+        t.outcomes.append(Outcome(finished=[work.record.origin], results=1))
+        raise RuntimeError("late")
+
+    await t.guard.wrap(answers_then_fails)(_work())
+    assert len(t.outcomes) == 1
+
+
+async def test_a_failing_redelivery_of_an_answered_command_only_finishes_its_offset() -> None:
+    state = SessionState(session_id="s", agent="a")
+    state.mark_applied("c")
+    t = _Guarded(state)
+
+    async def broken(work: CommandWork) -> None:
+        raise RuntimeError("again")
+
+    await t.guard.wrap(broken)(_work())
+    assert t.outcomes == [Outcome(finished=[Origin(TOPICS.commands, 0, 3)])]
+
+
+async def test_a_commit_failure_is_not_the_records() -> None:
+    t = _Guarded()
+
+    async def commit_failed(work: CommandWork) -> None:
+        raise CommitFailedError("unknown outcome")
+
+    with pytest.raises(CommitFailedError):
+        await t.guard.wrap(commit_failed)(_work())
+    assert t.outcomes == []
+
+
+def test_a_record_failing_before_its_session_queue_is_dead_lettered() -> None:
+    t = _Guarded()
+    record = InputRecord(Origin(TOPICS.control, 1, 7), b"k", b"raw", [("h", b"v")], 10)
+    t.guard.record_failed(record, ValueError("bad routing"))
+    [outcome] = t.outcomes
+    assert outcome.finished == [record.origin] and outcome.replay_unsafe
+    [dead] = outcome.records
+    assert dead.topic == TOPICS.dlq and dead.key == b"k" and dead.value == b"raw"
+    headers = dict(dead.headers)
+    assert headers["h"] == b"v"
+    assert any(b"bad routing" in value for value in headers.values())
