@@ -270,7 +270,8 @@ class CancelDesk:
             result, state = resolve_cancel(state, cancel.message, command_id=cancel.command_id)
             state.inflight_published_ms = None
         previous = state.cancelled_before_ms
-        state.cancelled_before_ms = max(timestamp_ms, -1 if previous is None else previous)
+        if timestamp_ms >= 0:  # a record without a timestamp (-1) covers nothing by time
+            state.cancelled_before_ms = max(timestamp_ms, -1 if previous is None else previous)
         return result, state
 
     def _commit(
