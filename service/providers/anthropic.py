@@ -6,36 +6,32 @@ retries are off); an immediate cancel closes the HTTP stream so no more tokens a
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing
+from collections.abc import Awaitable
 from typing import Any
 
-from service.agent.provider import ModelChunk, ModelProvider, ModelRequest, TextDelta
+from service.agent.provider import ModelRequest
 from service.providers.anthropic_mapping import (
     AnthropicReplyBuilder,
     to_anthropic_messages,
     to_anthropic_tools,
 )
-from service.providers.cancel_race import unless_cancelled, until_cancelled
 from service.providers.config import AnthropicConfig
 from service.providers.extras import import_sdk
 from service.providers.retry import (
     Failure,
-    cancelled_reply,
     is_transport_error,
     parse_retry_after,
     status_is_retryable,
-    stream_with_retries,
 )
-
-logger = logging.getLogger(__name__)
+from service.providers.sdk_stream import SdkStreamingProvider
 
 _RETRYABLE_STREAM_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
 
 
-class AnthropicProvider(ModelProvider):
+class AnthropicProvider(SdkStreamingProvider):
     """Streams Messages API replies from ``config.base_url`` with tool use."""
+
+    config: AnthropicConfig
 
     kind = "anthropic"
 
@@ -50,26 +46,6 @@ class AnthropicProvider(ModelProvider):
             max_retries=0,
             timeout=self._anthropic.Timeout(config.timeout_s, connect=config.connect_timeout_s),
         )
-
-    def __repr__(self) -> str:
-        cfg = self.config
-        return f"AnthropicProvider(model_id={cfg.model_id!r}, base_url={cfg.base_url!r})"
-
-    async def aclose(self) -> None:
-        await self._client.close()
-
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
-        chunks = stream_with_retries(
-            lambda: self._attempt(request),
-            request=request,
-            classify=self._classify,
-            policy=self.config.retry,
-            provider=self.kind,
-            secrets=self._secrets,
-        )
-        async with aclosing(chunks):
-            async for chunk in chunks:
-                yield chunk
 
     def request_params(self, request: ModelRequest) -> dict[str, Any]:
         """The body of one Messages call (without ``stream``)."""
@@ -97,28 +73,12 @@ class AnthropicProvider(ModelProvider):
             params["extra_body"] = dict(cfg.extra_body)
         return params
 
-    async def _attempt(self, request: ModelRequest) -> AsyncGenerator[ModelChunk, None]:
-        params = self.request_params(request)
-        sdk_stream = await unless_cancelled(
-            self._client.messages.create(stream=True, **params), request.cancel
-        )
-        if sdk_stream is None:
-            yield cancelled_reply()
-            return
-        builder = AnthropicReplyBuilder()
-        try:
-            async with aclosing(until_cancelled(sdk_stream, request.cancel)) as events:
-                async for event in events:
-                    text = builder.add(event)
-                    if text:
-                        yield TextDelta(text)
-        finally:
-            await sdk_stream.close()
-        if request.cancel.immediate:
-            logger.info("session_id=<%s> | model stream closed by cancel", request.session_id)
-            yield cancelled_reply(builder.partial_text(), builder.usage)
-            return
-        yield builder.build()
+    def _open_stream(self, params: dict[str, Any]) -> Awaitable[Any]:
+        opened: Awaitable[Any] = self._client.messages.create(stream=True, **params)
+        return opened
+
+    def _new_builder(self) -> AnthropicReplyBuilder:
+        return AnthropicReplyBuilder()
 
     def _classify(self, exc: Exception) -> Failure | None:
         anthropic = self._anthropic

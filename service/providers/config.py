@@ -23,7 +23,7 @@ class RetryConfig(BaseModel):
     """A server asking to wait longer than this ends the call instead of stalling it."""
 
 
-class _ProviderConfig(BaseModel):
+class ProviderConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
 
     model_id: str = Field(min_length=1)
@@ -46,7 +46,7 @@ class _ProviderConfig(BaseModel):
         return value
 
 
-class OpenAICompatConfig(_ProviderConfig):
+class OpenAICompatConfig(ProviderConfig):
     """Options of any chat-completions endpoint (OpenAI, Azure OpenAI v1, vLLM, Ollama, ...)."""
 
     base_url: str = "https://api.openai.com/v1"
@@ -63,7 +63,7 @@ class OpenAICompatConfig(_ProviderConfig):
     """Ask for the usage chunk (``stream_options.include_usage``); off for servers rejecting it."""
 
 
-class AnthropicConfig(_ProviderConfig):
+class AnthropicConfig(ProviderConfig):
     """Options of the Anthropic Messages API."""
 
     base_url: str = "https://api.anthropic.com"

@@ -6,26 +6,20 @@ own retries are off); an immediate cancel closes the HTTP stream so no more toke
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing
+from collections.abc import Awaitable
 from typing import Any
 
-from service.agent.provider import ModelChunk, ModelProvider, ModelRequest, TextDelta
-from service.providers.cancel_race import unless_cancelled, until_cancelled
+from service.agent.provider import ModelRequest
 from service.providers.config import OpenAICompatConfig
 from service.providers.extras import import_sdk
 from service.providers.openai_mapping import ChatReplyBuilder, to_chat_messages, to_chat_tools
 from service.providers.retry import (
     Failure,
-    cancelled_reply,
     is_transport_error,
     parse_retry_after,
     status_is_retryable,
-    stream_with_retries,
 )
-
-logger = logging.getLogger(__name__)
+from service.providers.sdk_stream import SdkStreamingProvider
 
 NO_API_KEY = "no-key"
 """Sent to servers without authentication, so the SDK never falls back to its environment."""
@@ -33,8 +27,10 @@ NO_API_KEY = "no-key"
 _RETRYABLE_STREAM_ERRORS = frozenset({"server_error", "rate_limit_exceeded", "overloaded"})
 
 
-class OpenAICompatProvider(ModelProvider):
+class OpenAICompatProvider(SdkStreamingProvider):
     """Streams chat completions from ``config.base_url`` with tool calling."""
+
+    config: OpenAICompatConfig
 
     kind = "openai_compat"
 
@@ -51,26 +47,6 @@ class OpenAICompatProvider(ModelProvider):
             max_retries=0,
             timeout=self._openai.Timeout(config.timeout_s, connect=config.connect_timeout_s),
         )
-
-    def __repr__(self) -> str:
-        cfg = self.config
-        return f"OpenAICompatProvider(model_id={cfg.model_id!r}, base_url={cfg.base_url!r})"
-
-    async def aclose(self) -> None:
-        await self._client.close()
-
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
-        chunks = stream_with_retries(
-            lambda: self._attempt(request),
-            request=request,
-            classify=self._classify,
-            policy=self.config.retry,
-            provider=self.kind,
-            secrets=self._secrets,
-        )
-        async with aclosing(chunks):
-            async for chunk in chunks:
-                yield chunk
 
     def request_params(self, request: ModelRequest) -> dict[str, Any]:
         """The body of one chat-completions call (without ``stream``)."""
@@ -97,28 +73,12 @@ class OpenAICompatProvider(ModelProvider):
             params["extra_body"] = dict(cfg.extra_body)
         return params
 
-    async def _attempt(self, request: ModelRequest) -> AsyncGenerator[ModelChunk, None]:
-        params = self.request_params(request)
-        sdk_stream = await unless_cancelled(
-            self._client.chat.completions.create(stream=True, **params), request.cancel
-        )
-        if sdk_stream is None:
-            yield cancelled_reply()
-            return
-        builder = ChatReplyBuilder()
-        try:
-            async with aclosing(until_cancelled(sdk_stream, request.cancel)) as chunks:
-                async for chunk in chunks:
-                    text = builder.add(chunk)
-                    if text:
-                        yield TextDelta(text)
-        finally:
-            await sdk_stream.close()
-        if request.cancel.immediate:
-            logger.info("session_id=<%s> | model stream closed by cancel", request.session_id)
-            yield cancelled_reply(builder.partial_text(), builder.usage)
-            return
-        yield builder.build()
+    def _open_stream(self, params: dict[str, Any]) -> Awaitable[Any]:
+        opened: Awaitable[Any] = self._client.chat.completions.create(stream=True, **params)
+        return opened
+
+    def _new_builder(self) -> ChatReplyBuilder:
+        return ChatReplyBuilder()
 
     def _classify(self, exc: Exception) -> Failure | None:
         openai = self._openai
