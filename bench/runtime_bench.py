@@ -35,6 +35,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from service.settings import RuntimeSettings  # noqa: E402
 from tests.support.runtime_harness import Cluster, ServiceProcess  # noqa: E402
 
 STEPS_PER_TURN = 7  # 3 tool cycles with checkpointing: 2 pauses per cycle, then end_turn
@@ -274,17 +275,26 @@ async def bench(args: argparse.Namespace, bootstrap: str, broker_pid: int | None
         "CAIRN_TEST_MODEL_LOG": "",
         "CAIRN_LOG_LEVEL": "INFO",
         "CAIRN_RUNTIME__MAX_IN_FLIGHT": str(args.max_in_flight),
-        "CAIRN_RUNTIME__COMMIT_INTERVAL_MS": str(args.commit_interval_ms),
-        "CAIRN_RUNTIME__OFFSETS_EVERY_MS": str(args.offsets_every_ms),
     }
+    # Unset knobs keep the service's defaults: the benchmark measures what ships.
+    runtime = RuntimeSettings()
+    tuned = {
+        "commit_interval_ms": args.commit_interval_ms,
+        "offsets_every_ms": args.offsets_every_ms,
+        "fetch_max_records": args.fetch_max_records,
+    }
+    for name, value in tuned.items():
+        if value is None:
+            tuned[name] = getattr(runtime, name)
+        else:
+            env[f"CAIRN_RUNTIME__{name.upper()}"] = str(value)
     first = cluster.start("bench-a", **env)
     second: ServiceProcess | None = None
     driver = Driver(cluster)
     report: dict[str, Any] = {
         "partitions": args.partitions,
         "sessions": args.sessions,
-        "commit_interval_ms": args.commit_interval_ms,
-        "offsets_every_ms": args.offsets_every_ms,
+        **tuned,
         "steps_per_turn": STEPS_PER_TURN,
         "cpus": os.cpu_count(),
     }
@@ -422,8 +432,9 @@ def main() -> int:
     parser.add_argument("--load", type=float, default=0.5, help="fraction of saturation")
     parser.add_argument("--takeover-rate", type=float, default=100.0)
     parser.add_argument("--max-in-flight", type=int, default=1000)
-    parser.add_argument("--commit-interval-ms", type=int, default=10)
-    parser.add_argument("--offsets-every-ms", type=int, default=0)
+    parser.add_argument("--commit-interval-ms", type=int, default=None)
+    parser.add_argument("--offsets-every-ms", type=int, default=None)
+    parser.add_argument("--fetch-max-records", type=int, default=None)
     parser.add_argument("--broker-pid", type=int, default=None, help="for CPU accounting")
     parser.add_argument(
         "--broker-property",

@@ -71,9 +71,11 @@ class RuntimeSettings(BaseModel):
 
     max_in_flight: int = Field(default=1_000, gt=0)
     """Commands accepted but not yet committed, per instance; fetching pauses above it."""
-    commit_interval_ms: int = Field(default=10, ge=0)
-    """Minimum spacing between two transactions of one partition: the batching window."""
-    offsets_every_ms: int = Field(default=0, ge=0)
+    commit_interval_ms: int = Field(default=0, ge=0)
+    """Minimum spacing between the starts of two transactions of one partition. At 0 a commit
+    starts as soon as the previous one ended: work finished meanwhile forms the next batch, so
+    batches grow with load and an idle partition commits at once."""
+    offsets_every_ms: int = Field(default=1_000, ge=0)
     """Input offsets join a transaction at most this often (0: every transaction). Commands
     re-read after a crash are recognised by the applied command ids in their session state, so
     lagging offsets cost only replays; records no state records (dead letters, answers to
@@ -86,8 +88,9 @@ class RuntimeSettings(BaseModel):
     """On revocation or shutdown, how long in-flight steps may run to reach a commit."""
     state_record_max_bytes: int = Field(default=900_000, gt=0)
     """Largest encoded session state (and result) record; above it the command fails."""
-    fetch_max_records: int = Field(default=100, gt=0)
-    """Records per fetch; every command fetched at once runs before the loop polls I/O again."""
+    fetch_max_records: int = Field(default=20, gt=0)
+    """Records per fetch; every command fetched at once runs before the loop polls I/O again, so
+    this bounds how long a commit's next round trip waits behind engine steps."""
 
 
 FaultPoint = Literal["after_produce_before_commit", "after_commit"]

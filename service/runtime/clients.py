@@ -11,6 +11,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.helpers import create_ssl_context
+from aiokafka.producer import sender as _sender
 
 from service.settings import KafkaSettings
 
@@ -36,9 +37,18 @@ def connection_options(kafka: KafkaSettings) -> dict[str, Any]:
     return options
 
 
+_NEXT_TXN_BACKOFF_S = 0.005
+"""Wait before retrying the first ``AddPartitionsToTxn`` of a transaction answered with
+CONCURRENT_TRANSACTIONS (the previous commit's markers are still being written, usually for a
+millisecond or two). aiokafka hard-codes 20 ms for this case, which an idle partition that
+commits again at once paid on about one commit in five."""
+
+
 def transactional_producer(
     kafka: KafkaSettings, transactional_id: str, *, transaction_timeout_ms: int
 ) -> AIOKafkaProducer:
+    if hasattr(_sender, "BACKOFF_OVERRIDE"):
+        _sender.BACKOFF_OVERRIDE = _NEXT_TXN_BACKOFF_S
     return AIOKafkaProducer(
         **connection_options(kafka),
         client_id=f"{kafka.client_id}-{transactional_id}",
