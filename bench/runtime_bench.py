@@ -1,12 +1,20 @@
 """Runtime benchmark: committed steps per second, end-to-end latency and takeover time.
 
 One service process (``python -m service serve``) beside a local single-node broker on this
-machine; a scripted zero-latency model; turns of three tool cycles with checkpointing on, so
-every step (invocation) is one command, one result and one committed state. Prints a table and
-writes JSON (``--out``). A benchmark, not a test: it reports, it does not assert targets.
+machine; a scripted zero-latency model and a zero-latency async tool; turns of three tool cycles
+with checkpointing on, so every step (invocation) is one command, one result and one committed
+state. The driver plays upstream and downstream: it keys commands by session id as a Kafka
+producer with the default partitioner would, and reads results ``read_committed``. The service
+runs with its shipped defaults, group timings included. Prints a table and writes JSON
+(``--out``). A benchmark, not a test: it reports, it does not assert targets.
 
-Broker: ``CAIRN_TEST_BOOTSTRAP`` names a running one; otherwise one is started from the Maven
-jars for the run and stopped after.
+Phases: saturation (closed loop), latency at ``--load`` of saturation (open loop; ``--rate``
+fixes the rate and skips saturation), takeover after ``kill -9`` (``--skip-takeover``). Each
+phase reports the CPU of the service, the broker (when known) and the driver, so a figure can
+be read against how busy the machine was.
+
+Broker: ``CAIRN_TEST_BOOTSTRAP`` names a running one (pass ``--broker-pid`` for its CPU);
+otherwise one is started from the Maven jars for the run and stopped after.
 """
 
 from __future__ import annotations
@@ -31,11 +39,12 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.partitioner import DefaultPartitioner
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from service.settings import RuntimeSettings  # noqa: E402
+from service.settings import GroupSettings, RuntimeSettings  # noqa: E402
 from tests.support.runtime_harness import Cluster, ServiceProcess  # noqa: E402
 
 STEPS_PER_TURN = 7  # 3 tool cycles with checkpointing: 2 pauses per cycle, then end_turn
@@ -87,6 +96,7 @@ class Session:
     checkpoint: dict[str, Any] | None = None
     command_id: str = ""
     sent_at: float = 0.0
+    sent_wall_ms: float = 0.0
 
 
 @dataclass
@@ -94,6 +104,10 @@ class Window:
     started: float = 0.0
     results: int = 0
     latencies: list[float] = field(default_factory=list)
+    before_produce: list[float] = field(default_factory=list)
+    """Command sent -> its result appended to the service's transaction (result timestamp)."""
+    after_produce: list[float] = field(default_factory=list)
+    """Result appended -> visible to a read_committed reader (produce, commit, markers, fetch)."""
     errors: int = 0
 
 
@@ -108,6 +122,8 @@ class Driver:
         self.closed_loop = False
         self.result_times: list[tuple[float, int, float]] = []
         self.counter = 0
+        self._partitioner = DefaultPartitioner()
+        self._all = list(range(cluster.partitions))
 
     async def start(self) -> None:
         self.producer = AIOKafkaProducer(
@@ -119,7 +135,7 @@ class Driver:
             group_id=None,
             isolation_level="read_committed",
             enable_auto_commit=False,
-            fetch_max_wait_ms=5,
+            fetch_max_wait_ms=100,
         )
         await self.consumer.start()
         results = self.cluster.topics.results
@@ -138,7 +154,10 @@ class Driver:
     def add_sessions(self, count: int) -> None:
         for _ in range(count):
             index = len(self.sessions)
-            session = Session(f"bench-{index}", index % self.cluster.partitions)
+            sid = f"bench-{index}"
+            # Where an upstream producer keying by session id puts it (Kafka's default
+            # partitioner), so results and events share the command's partition number.
+            session = Session(sid, self._partitioner(sid.encode(), self._all, self._all))
             self.sessions[session.sid] = session
             self.ready.append(session)
 
@@ -163,6 +182,7 @@ class Driver:
                 "resume": {"checkpointResume": {"checkpoint": session.checkpoint}},
             }
         session.sent_at = time.perf_counter()
+        session.sent_wall_ms = time.time() * 1000
         await self.producer.send(
             self.cluster.topics.commands,
             value=orjson.dumps(body),
@@ -176,9 +196,9 @@ class Driver:
             now = time.perf_counter()
             for records in batches.values():
                 for record in records:
-                    await self.on_result(orjson.loads(record.value), now)
+                    await self.on_result(orjson.loads(record.value), now, record.timestamp)
 
-    async def on_result(self, result: dict[str, Any], now: float) -> None:
+    async def on_result(self, result: dict[str, Any], now: float, appended_ms: int) -> None:
         session = self.sessions.get(result["session_id"])
         if session is None or result["command_id"] != session.command_id:
             return
@@ -187,6 +207,9 @@ class Driver:
         if window is not None:
             window.results += 1
             window.latencies.append(now - session.sent_at)
+            visible_ms = time.time() * 1000
+            window.before_produce.append((appended_ms - session.sent_wall_ms) / 1000)
+            window.after_produce.append((visible_ms - appended_ms) / 1000)
             if result["stop_reason"] not in ("checkpoint", "end_turn"):
                 window.errors += 1
         if result["stop_reason"] == "checkpoint":
@@ -276,8 +299,18 @@ async def bench(args: argparse.Namespace, bootstrap: str, broker_pid: int | None
         "CAIRN_LOG_LEVEL": "INFO",
         "CAIRN_RUNTIME__MAX_IN_FLIGHT": str(args.max_in_flight),
     }
-    # Unset knobs keep the service's defaults: the benchmark measures what ships.
+    # Unset knobs keep the service's defaults: the benchmark measures what ships (the test
+    # harness shortens some group and drain timings; they are put back here).
     runtime = RuntimeSettings()
+    group = GroupSettings()
+    env.update(
+        {
+            "CAIRN_GROUP__SESSION_TIMEOUT_MS": str(group.session_timeout_ms),
+            "CAIRN_GROUP__HEARTBEAT_INTERVAL_MS": str(group.heartbeat_interval_ms),
+            "CAIRN_RUNTIME__REVOKE_GRACE_S": str(runtime.revoke_grace_s),
+            "CAIRN_RUNTIME__TRANSACTION_TIMEOUT_MS": str(runtime.transaction_timeout_ms),
+        }
+    )
     tuned = {
         "commit_interval_ms": args.commit_interval_ms,
         "offsets_every_ms": args.offsets_every_ms,
@@ -289,6 +322,7 @@ async def bench(args: argparse.Namespace, bootstrap: str, broker_pid: int | None
         else:
             env[f"CAIRN_RUNTIME__{name.upper()}"] = str(value)
     first = cluster.start("bench-a", **env)
+    print(f"service pid {first.pid}", file=sys.stderr, flush=True)
     second: ServiceProcess | None = None
     driver = Driver(cluster)
     report: dict[str, Any] = {
@@ -303,45 +337,59 @@ async def bench(args: argparse.Namespace, bootstrap: str, broker_pid: int | None
         await driver.start()
         driver.add_sessions(args.sessions)
 
-        # 1. saturation: every session always has its next step queued
-        cpu_before = cpu_seconds(first.pid)
-        broker_before = cpu_seconds(broker_pid) if broker_pid else None
-        driver_before = time.process_time()
-        machine_before = machine_busy_seconds()
-        window = await driver.run_closed(args.duration, args.warmup)
-        elapsed = time.perf_counter() - window.started
-        cpu_used = cpu_seconds(first.pid) - cpu_before
-        saturation = window.results / elapsed
-        await driver.drain()
-        stats = commit_stats(first.text())
-        report["saturation"] = {
-            "steps_per_s": round(saturation, 1),
-            "steps": window.results,
-            "errors": window.errors,
-            "latency_p50_ms": round(percentile(window.latencies, 0.5) * 1000, 2),
-            "latency_p99_ms": round(percentile(window.latencies, 0.99) * 1000, 2),
-            "service_cpu_ms_per_step": round(
-                cpu_used / max(window.results, 1) * 1000 * elapsed / (elapsed + args.warmup), 3
-            ),
-            "service_cpu_util": round(cpu_used / (elapsed + args.warmup), 2),
-            "broker_cpu_util": round(
-                (cpu_seconds(broker_pid) - broker_before) / (elapsed + args.warmup), 2
-            )
-            if broker_pid and broker_before is not None
-            else None,
-            "driver_cpu_util": round(
-                (time.process_time() - driver_before) / (elapsed + args.warmup), 2
-            ),
-            "machine_cpu_util": round(
-                (machine_busy_seconds() - machine_before) / (elapsed + args.warmup), 2
-            ),
-            "load_average_1m": round(os.getloadavg()[0], 2),
-            "commit": stats,
-        }
+        if args.rate is None:
+            # 1. saturation: every session always has its next step queued
+            cpu_before = cpu_seconds(first.pid)
+            broker_before = cpu_seconds(broker_pid) if broker_pid else None
+            driver_before = time.process_time()
+            machine_before = machine_busy_seconds()
+            window = await driver.run_closed(args.duration, args.warmup)
+            elapsed = time.perf_counter() - window.started
+            cpu_used = cpu_seconds(first.pid) - cpu_before
+            saturation = window.results / elapsed
+            await driver.drain()
+            stats = commit_stats(first.text())
+            report["saturation"] = {
+                "steps_per_s": round(saturation, 1),
+                "steps": window.results,
+                "errors": window.errors,
+                "latency_p50_ms": round(percentile(window.latencies, 0.5) * 1000, 2),
+                "latency_p99_ms": round(percentile(window.latencies, 0.99) * 1000, 2),
+                "service_cpu_ms_per_step": round(
+                    cpu_used / max(window.results, 1) * 1000 * elapsed / (elapsed + args.warmup), 3
+                ),
+                "service_cpu_util": round(cpu_used / (elapsed + args.warmup), 2),
+                "broker_cpu_util": round(
+                    (cpu_seconds(broker_pid) - broker_before) / (elapsed + args.warmup), 2
+                )
+                if broker_pid and broker_before is not None
+                else None,
+                "driver_cpu_util": round(
+                    (time.process_time() - driver_before) / (elapsed + args.warmup), 2
+                ),
+                "machine_cpu_util": round(
+                    (machine_busy_seconds() - machine_before) / (elapsed + args.warmup), 2
+                ),
+                "load_average_1m": round(os.getloadavg()[0], 2),
+                "commit": stats,
+            }
 
         # 2. latency at half of saturation (open loop)
-        rate = saturation * args.load
+        rate = args.rate if args.rate is not None else saturation * args.load
+        cpu_before = cpu_seconds(first.pid)
+        machine_before = machine_busy_seconds()
+        broker_before = cpu_seconds(broker_pid) if broker_pid else None
+        driver_before = time.process_time()
         window = await driver.run_open(rate, args.duration, args.warmup)
+        spent = args.duration + args.warmup
+        usage = {
+            "service_cpu_util": round((cpu_seconds(first.pid) - cpu_before) / spent, 2),
+            "broker_cpu_util": round((cpu_seconds(broker_pid) - broker_before) / spent, 2)
+            if broker_pid and broker_before is not None
+            else None,
+            "driver_cpu_util": round((time.process_time() - driver_before) / spent, 2),
+            "machine_cpu_util": round((machine_busy_seconds() - machine_before) / spent, 2),
+        }
         await driver.drain()
         report["half_load"] = {
             "target_rate": round(rate, 1),
@@ -351,9 +399,16 @@ async def bench(args: argparse.Namespace, bootstrap: str, broker_pid: int | None
             "latency_mean_ms": round(statistics.fmean(window.latencies) * 1000, 2)
             if window.latencies
             else None,
+            # Split at the result's timestamp (set by the service when it appends the result to
+            # its transaction; millisecond clock of this machine).
+            "to_append_p50_ms": round(percentile(window.before_produce, 0.5) * 1000, 1),
+            "append_to_visible_p50_ms": round(percentile(window.after_produce, 0.5) * 1000, 1),
+            **usage,
             "commit": commit_stats(first.text()),
         }
 
+        if args.skip_takeover:
+            return report
         # 3. takeover: a second instance joins, the first is killed -9 under light traffic
         second = cluster.start("bench-b", **env)
         await second.wait_ready()
@@ -378,7 +433,8 @@ async def bench(args: argparse.Namespace, bootstrap: str, broker_pid: int | None
         report["takeover"] = {
             "seconds": round(takeover, 2) if takeover is not None else None,
             "moved_partitions": sorted(moved),
-            "session_timeout_ms": int(cluster.env()["CAIRN_GROUP__SESSION_TIMEOUT_MS"]),
+            "session_timeout_ms": int(env["CAIRN_GROUP__SESSION_TIMEOUT_MS"]),
+            "heartbeat_interval_ms": int(env["CAIRN_GROUP__HEARTBEAT_INTERVAL_MS"]),
         }
     finally:
         for proc in (first, second):
@@ -430,6 +486,13 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=15.0)
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--load", type=float, default=0.5, help="fraction of saturation")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="skip the saturation phase and measure latency at this many steps/s",
+    )
+    parser.add_argument("--skip-takeover", action="store_true", help="stop after the latency phase")
     parser.add_argument("--takeover-rate", type=float, default=100.0)
     parser.add_argument("--max-in-flight", type=int, default=1000)
     parser.add_argument("--commit-interval-ms", type=int, default=None)
@@ -452,8 +515,9 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
-    print()
-    print(table(report))
+    if all(phase in report for phase in ("saturation", "half_load", "takeover")):
+        print()
+        print(table(report))
     return 0
 
 

@@ -115,6 +115,16 @@ def record(step: int, context: ToolContext) -> str:
 
 
 @tool
+async def tick(step: int) -> str:
+    """Return at once, on the event loop (a zero-latency tool, for the benchmark).
+
+    Args:
+        step: Which cycle asked.
+    """
+    return f"tick {step}"
+
+
+@tool
 async def slow(step: int, context: ToolContext) -> str:
     """Record this call, then take ``CAIRN_TEST_TOOL_SLEEP`` seconds.
 
@@ -143,7 +153,7 @@ def registry() -> Mapping[str, AgentDefinition]:
         "simple": AgentDefinition(name="simple", model=CycleModel(0)),
         "cycles": AgentDefinition(name="cycles", model=CycleModel(2), tools=[record]),
         "bench": AgentDefinition(
-            name="bench", model=CycleModel(3), tools=[record], checkpointing=True
+            name="bench", model=CycleModel(3, "tick"), tools=[tick], checkpointing=True
         ),
         "long": AgentDefinition(name="long", model=CycleModel(6), tools=[record]),
         "slowtools": AgentDefinition(name="slowtools", model=CycleModel(2, "slow"), tools=[slow]),
