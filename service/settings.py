@@ -53,11 +53,15 @@ class GroupSettings(BaseModel):
 
     group_id: str = "cairn"
     instance_id: str | None = None
-    session_timeout_ms: int = Field(default=10_000, gt=0)
+    session_timeout_ms: int = Field(default=6_000, gt=0)
+    """How long a silent member keeps its partitions: most of the takeover time after a crash.
+    6 s is the broker's default floor (``group.min.session.timeout.ms``)."""
     heartbeat_interval_ms: int = Field(default=1_000, gt=0)
     """Survivors learn of a dead member at their next heartbeat: part of the takeover time."""
     max_poll_interval_ms: int = Field(default=300_000, gt=0)
-    rebalance_timeout_ms: int | None = Field(default=None, gt=0)
+    rebalance_timeout_ms: int | None = Field(default=30_000, gt=0)
+    """How long a live member may take to rejoin a rebalance (its revoke drain included);
+    unset means the session timeout."""
 
     @model_validator(mode="after")
     def _heartbeat_below_session(self) -> GroupSettings:

@@ -29,7 +29,16 @@ def test_nested_environment_settings(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_grace_longer_than_the_rebalance_timeout_is_refused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("CAIRN_GROUP__SESSION_TIMEOUT_MS", "6000")
+    monkeypatch.setenv("CAIRN_GROUP__REBALANCE_TIMEOUT_MS", "6000")
     monkeypatch.setenv("CAIRN_RUNTIME__REVOKE_GRACE_S", "8")
     with pytest.raises(ValidationError, match="revoke_grace_s"):
         Settings()
+
+
+def test_defaults_keep_takeover_short_and_leave_room_for_a_drain() -> None:
+    settings = Settings()
+    # Takeover after a crash is about the session timeout plus a heartbeat plus the restore.
+    assert settings.group.session_timeout_ms + settings.group.heartbeat_interval_ms < 10_000
+    rebalance_ms = settings.group.rebalance_timeout_ms
+    assert rebalance_ms is not None
+    assert settings.runtime.revoke_grace_s * 1000 < rebalance_ms
