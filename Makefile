@@ -28,6 +28,7 @@ help:
 	@echo "make kafka-down    stop it;  make kafka-status: is it serving?"
 	@echo "make bench-engine  engine alone vs the reference SDK (ENGINE_BENCH_ARGS=--check ...)"
 	@echo "make bench         runtime: steps/s, e2e latency, takeover (RUNTIME_BENCH_ARGS=...)"
+	@echo "make bench-txn     what one partition commit costs: CPU and round trips (TXN_BENCH_ARGS=...)"
 	@echo "make clean         remove caches;  make distclean: also $(VENV), jars and .kafka/"
 
 # ---- setup ------------------------------------------------------------------------------------
@@ -113,6 +114,12 @@ RUNTIME_BENCH_ARGS ?=
 .PHONY: bench
 bench: $(INSTALLED)
 	$(BIN)/python bench/runtime_bench.py $(RUNTIME_BENCH_ARGS)
+
+# What one commit of a partition costs (client CPU, broker CPU, round trips), without the service.
+TXN_BENCH_ARGS ?=
+.PHONY: bench-txn
+bench-txn: $(INSTALLED)
+	$(BIN)/python bench/txn_cost.py $(TXN_BENCH_ARGS)
 
 # ---- housekeeping -----------------------------------------------------------------------------
 
