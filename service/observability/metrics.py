@@ -29,6 +29,10 @@ COMMAND_OUTCOMES: Final = frozenset(
 CANCEL_OUTCOMES: Final = frozenset(
     {"running", "deferred", "paused", "queued", "targeted", "idle", "duplicate"}
 )
+"""One per applied cancel: ``targeted`` (it named a command), else the first thing it met in its
+session: ``running`` or ``deferred`` (an invocation it stopped now, or after its current tools),
+``paused`` (a pending checkpoint or interrupt it resolved), ``queued`` (commands published before
+it that had not started, which it skipped), ``idle`` (nothing); ``duplicate``: already applied."""
 REBALANCE_KINDS: Final = frozenset({"assigned", "revoked", "lost"})
 OTHER: Final = "other"
 
@@ -148,7 +152,7 @@ class Metrics:
         self._partitions.set(assigned_now)
 
     def cancel(self, outcome: str) -> None:
-        """Count one applied cancel by what it met (``running``, ``paused``, ``queued``, ...)."""
+        """Count one applied cancel by what it met first (see :data:`CANCEL_OUTCOMES`)."""
         self._cancels.labels(_bounded(outcome, CANCEL_OUTCOMES)).inc()
 
     def render(self) -> bytes:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from service.agent.cancel import CancelSignal
 from service.agent.definition import AgentDefinition
@@ -43,6 +43,14 @@ class _Running:
     signal: CancelSignal
 
 
+@dataclass(slots=True)
+class _Open:
+    """A session's untargeted cancels read but not answered yet, and the commands they skipped."""
+
+    cancel_ids: set[str] = field(default_factory=set)
+    skipped: int = 0
+
+
 class CancelDesk:
     """Remembers the cancels of one partition's sessions and applies them to their commands.
 
@@ -73,6 +81,7 @@ class CancelDesk:
         self._covers_until: dict[str, int] = {}
         self._targets: dict[str, set[str]] = {}
         self._running: dict[str, _Running] = {}
+        self._open: dict[str, _Open] = {}
 
     def read(self, record: InputRecord, cancel: CancelCommand) -> CommandWork:
         """Take a cancel as it is read: signal what it stops now; the work answers it in order."""
@@ -92,6 +101,7 @@ class CancelDesk:
         else:
             covered = self._cover(session_id, record.timestamp_ms)
             hit = running is not None and running.work.record.timestamp_ms <= covered
+            self._open.setdefault(session_id, _Open()).cancel_ids.add(cancel.command_id)
         if running is not None and hit:
             logger.info(
                 "session_id=<%s>, command_id=<%s>, cancel_id=<%s> | signalling running invocation",
@@ -174,6 +184,9 @@ class CancelDesk:
     def _skip(self, work: CommandWork, command: ParsedCommand) -> None:
         """Answer a covered command ``cancelled`` without running it."""
         session_id = work.session_id
+        opened = self._open.get(session_id)
+        if opened is not None and not self._targeted(session_id, command.command_id):
+            opened.skipped += 1
         self._forget_target(session_id, command.command_id)
         stored = self._store.get(session_id)
         state = (
@@ -214,12 +227,13 @@ class CancelDesk:
         state = stored.state if stored is not None else SessionState(session_id=session_id)
         signalled = cancel.command_id in self._signalled
         self._signalled.discard(cancel.command_id)
+        skipped = self._close(session_id, cancel.command_id)
         if cancel.command_id in state.applied_commands:
             self._metrics.command("cancel", "duplicate")
             self._metrics.cancel("duplicate")
             self._submit(Outcome(finished=[work.record.origin]))
             return
-        self._metrics.cancel(_cancel_outcome(cancel, state, signalled))
+        self._metrics.cancel(_cancel_outcome(cancel, state, signalled, skipped))
         records: list[OutRecord] = []
         target = cancel.target_command_id
         if target is None:
@@ -292,6 +306,21 @@ class CancelDesk:
             )
         )
 
+    def _close(self, session_id: str, cancel_id: str) -> int:
+        """The cancel is answered: how many queued commands were skipped since it was read."""
+        opened = self._open.get(session_id)
+        if opened is None or cancel_id not in opened.cancel_ids:
+            return 0  # targeted, or read again after a restart: it opened nothing
+        skipped, opened.skipped = opened.skipped, 0
+        opened.cancel_ids.discard(cancel_id)
+        if not opened.cancel_ids:
+            del self._open[session_id]
+        return skipped
+
+    def _targeted(self, session_id: str, command_id: str) -> bool:
+        targets = self._targets.get(session_id)
+        return targets is not None and command_id in targets
+
     def _forget_target(self, session_id: str, command_id: str) -> None:
         targets = self._targets.get(session_id)
         if targets is None:
@@ -320,12 +349,16 @@ def _wire_id(error: Exception | None) -> str | None:
     return error.command_id if isinstance(error, WireError) else None
 
 
-def _cancel_outcome(cancel: CancelCommand, state: SessionState, signalled: bool) -> str:
-    """What a cancel met, for the cancels metric."""
+def _cancel_outcome(
+    cancel: CancelCommand, state: SessionState, signalled: bool, skipped: int
+) -> str:
+    """What a cancel met first, in session order, for the cancels metric (see CANCEL_OUTCOMES)."""
     if cancel.target_command_id is not None:
         return "targeted"
     if signalled:
         return "deferred" if cancel.after_current_tools else "running"
     if state.pending is not None or state.checkpoint is not None:
         return "paused"
+    if skipped:
+        return "queued"
     return "idle"

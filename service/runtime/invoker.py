@@ -205,7 +205,7 @@ class Invoker:
                     observe_step(time.perf_counter() - step_started)
                     return
                 else:
-                    seq = self._event(run, command, seq, *_describe(event))
+                    seq = self._event(run, command, seq, *describe_event(event))
         finally:
             await events.aclose()
 
@@ -356,7 +356,8 @@ def _wire_command_id(error: Exception | None) -> str | None:
     return error.command_id if isinstance(error, WireError) else None
 
 
-def _describe(event: object) -> tuple[str, dict[str, Any]]:
+def describe_event(event: object) -> tuple[str, dict[str, Any]]:
+    """The kind and fields of the progress event that reports ``event`` on the events topic."""
     if isinstance(event, ModelMessage):
         return "model_message", {"message": event.message}
     if isinstance(event, ToolStarted):

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
 
 from service.observability.metrics import Metrics
+from service.observability.tracing import from_headers, span
 from service.runtime.committer import CommitFailedError
 from service.runtime.faults import FaultPoints, InjectedCommitError
 from service.runtime.records import dlq_record, failure_record, session_key
@@ -143,7 +144,7 @@ class PoisonGuard:
             "internal",
             reason,
             metadata if isinstance(metadata, dict) else None,
-            work.trace,
+            _trace(work),
         )
         outcome = Outcome(
             records=[record], finished=[work.record.origin], results=1, replay_unsafe=True
@@ -166,6 +167,14 @@ def _command_id(work: CommandWork) -> str | None:
     if isinstance(command_id, str):
         return command_id
     return work.error.command_id if isinstance(work.error, WireError) else None
+
+
+def _trace(work: CommandWork) -> list[tuple[str, bytes]]:
+    """The command's trace headers, from a span of its own if it failed before its span opened."""
+    if work.trace is None:
+        with span("cairn.command", from_headers(work.record.headers)) as trace:
+            work.trace = trace.headers()
+    return work.trace
 
 
 def _command_type(work: CommandWork) -> str:

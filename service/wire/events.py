@@ -45,11 +45,16 @@ class ToolStartedEvent(_Event):
     name: str
 
 
+ToolStatus = Literal["success", "error", "interrupted"]
+"""How a started tool ended; a closed set (see ``ToolFinishedEvent.status``)."""
+
+
 class ToolFinishedEvent(_Event):
     type: Literal["tool_finished"] = "tool_finished"
     tool_use_id: Id
     name: str
-    status: Literal["success", "error"]
+    status: ToolStatus
+    """Its result block's status, or ``interrupted`` (no result until the interrupt is answered)."""
 
 
 class CheckpointReachedEvent(_Event):

@@ -332,6 +332,18 @@ def _events() -> dict[str, tuple[str, Any]]:
                 command_id="cmd-0002",
             ),
         ),
+        # The refund tool asks for approval: it ends without a result, just before the interrupt.
+        "event.tool_finished/interrupted": (
+            "event.tool_finished",
+            ToolFinishedEvent(
+                seq=8,
+                tool_use_id=REFUND_ID,
+                name="issue_refund",
+                status="interrupted",
+                session_id=SESSION,
+                command_id="cmd-0004",
+            ),
+        ),
         "event.interrupt_raised/approval": (
             "event.interrupt_raised",
             InterruptRaisedEvent.model_validate(

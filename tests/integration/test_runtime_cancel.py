@@ -161,6 +161,11 @@ async def test_cancel_resolves_a_pending_interrupt(stage: Stage) -> None:
     refused = await stage.result(answer["command_id"])
     assert refused["error"]["code"] == "no_pending_interrupt", refused
     await stage.exactly_once(command["command_id"], cancel_id, answer["command_id"])
+    # The interrupting tool's start is matched by a finish saying why it has no result.
+    started = stage.events(s, "tool_started")
+    finished = stage.events(s, "tool_finished")
+    assert [e["status"] for e in finished] == ["interrupted"], finished
+    assert [e["tool_use_id"] for e in finished] == [e["tool_use_id"] for e in started]
 
 
 async def test_queued_commands_published_before_are_skipped_later_ones_run(stage: Stage) -> None:

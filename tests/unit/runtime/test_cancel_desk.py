@@ -10,6 +10,7 @@ import orjson
 from service.agent.definition import AgentDefinition
 from service.agent.state import Inflight, PendingBatch, SessionState
 from service.agent.types import Checkpoint, Interrupt
+from service.observability.metrics import CANCEL_OUTCOMES, Metrics
 from service.runtime.bad_input import classify_refusal
 from service.runtime.cancels import CancelDesk
 from service.runtime.records import ParsedCommand
@@ -45,8 +46,13 @@ class _Desk:
         self.store = store if store is not None else SessionStore()
         self.outcomes: list[Outcome] = []
         self.ran: list[str] = []
+        self.metrics = Metrics()
         self.desk = CancelDesk(
-            store=self.store, submit=self.outcomes.append, topics=TOPICS, agents={}
+            store=self.store,
+            submit=self.outcomes.append,
+            topics=TOPICS,
+            agents={},
+            metrics=self.metrics,
         )
 
     async def run(self, work: CommandWork) -> None:
@@ -54,6 +60,17 @@ class _Desk:
             self.ran.append(item.command.command_id)
 
         await self.desk.wrap(handler)(work)
+
+    def cancels(self) -> dict[str, float]:
+        """The cancels metric, by outcome, leaving out the outcomes never counted."""
+        found = {}
+        for outcome in CANCEL_OUTCOMES:
+            value = self.metrics.registry.get_sample_value(
+                "cairn_cancels_total", {"outcome": outcome}
+            )
+            if value:
+                found[outcome] = value
+        return found
 
     def answered(self) -> list[tuple[str, str]]:
         found = []
@@ -204,3 +221,55 @@ async def test_a_cancel_leaves_the_inflight_marker_of_a_command_published_after_
     await t.run(t.desk.read(*_cancel(1, ts=200)))
     stored = t.store.get("s")
     assert stored is not None and stored.state.inflight is None
+
+
+async def test_a_cancel_that_skipped_queued_commands_is_counted_queued() -> None:
+    t = _Desk()
+    work = t.desk.read(*_cancel(0, ts=100))
+    # Both were in the session's queue, ahead of the cancel, when it was read.
+    await t.run(_command("q1", 1, ts=90))
+    await t.run(_command("q2", 2, ts=95))
+    await t.run(work)
+    assert t.answered() == [("q1", "cancelled"), ("q2", "cancelled"), ("x0", "cancelled")]
+    assert t.cancels() == {"queued": 1}
+    assert (
+        t.metrics.registry.get_sample_value(
+            "cairn_commands_total", {"type": "invoke", "outcome": "skipped"}
+        )
+        == 2
+    )
+    # The next cancel met nothing; a command read only after it was answered is not its doing.
+    await t.run(t.desk.read(*_cancel(3, ts=200)))
+    await t.run(_command("late", 4, ts=150))
+    assert t.cancels() == {"queued": 1, "idle": 1}
+
+
+async def test_a_cancel_that_met_a_pause_is_counted_paused_even_with_queued_commands() -> None:
+    store = SessionStore()
+    paused = SessionState(session_id="s", agent="a", checkpoint=Checkpoint("after_model", 0))
+    store.put("s", StoredSession(paused))
+    t = _Desk(store)
+    work = t.desk.read(*_cancel(0, ts=100))
+    await t.run(_command("q", 1, ts=90))
+    await t.run(work)
+    assert t.cancels() == {"paused": 1}
+
+
+async def test_commands_skipped_by_target_do_not_make_another_cancel_queued() -> None:
+    t = _Desk()
+    targeted = t.desk.read(*_cancel(0, ts=100, target_command_id="t"))
+    untargeted = t.desk.read(*_cancel(1, ts=50))
+    await t.run(_command("t", 2, ts=90))  # covered by its target only
+    await t.run(targeted)
+    await t.run(untargeted)
+    assert ("t", "cancelled") in t.answered()
+    assert t.cancels() == {"targeted": 1, "idle": 1}
+
+
+async def test_a_repeated_cancel_takes_no_count_from_the_first() -> None:
+    t = _Desk()
+    first = t.desk.read(*_cancel(0, ts=100))
+    await t.run(_command("q", 1, ts=90))
+    await t.run(first)
+    await t.run(t.desk.read(*_cancel(0, ts=100)))
+    assert t.cancels() == {"queued": 1, "duplicate": 1}

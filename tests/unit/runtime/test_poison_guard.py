@@ -103,3 +103,55 @@ def test_a_record_failing_before_its_session_queue_is_dead_lettered() -> None:
     headers = dict(dead.headers)
     assert headers["h"] == b"v"
     assert any(b"bad routing" in value for value in headers.values())
+
+
+PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def _traced_work(headers: list[tuple[str, bytes]]) -> CommandWork:
+    work = _work()
+    work.record = InputRecord(work.record.origin, b"s", b"{}", headers, 10)
+    return work
+
+
+def _result_traceparent(outcome: Outcome) -> list[str]:
+    [record] = outcome.records
+    return [value.decode() for name, value in record.headers if name == "traceparent"]
+
+
+async def test_a_failure_before_the_command_span_opened_still_answers_in_its_trace() -> None:
+    t = _Guarded(SessionState(session_id="s", agent="a"))
+
+    async def broken(work: CommandWork) -> None:
+        raise KeyError("surprise")
+
+    await t.guard.wrap(broken)(_traced_work([("traceparent", PARENT.encode())]))
+    [traceparent] = _result_traceparent(t.outcomes[0])
+    version, trace_id, span_id, flags = traceparent.split("-")
+    assert (version, trace_id, flags) == ("00", "4bf92f3577b34da6a3ce929d0e0e4736", "01")
+    assert span_id not in ("00f067aa0ba902b7", "0" * 16) and len(span_id) == 16
+
+
+async def test_a_failure_inside_the_command_span_answers_with_that_span() -> None:
+    t = _Guarded(SessionState(session_id="s", agent="a"))
+    own = [("traceparent", b"00-11111111111111111111111111111111-2222222222222222-01")]
+
+    async def broken_after_span(work: CommandWork) -> None:
+        work.trace = own
+        raise KeyError("surprise")
+
+    await t.guard.wrap(broken_after_span)(_traced_work([("traceparent", PARENT.encode())]))
+    [record] = t.outcomes[0].records
+    assert record.headers == own
+
+
+async def test_a_failing_command_without_trace_context_starts_a_trace_of_its_own() -> None:
+    t = _Guarded(SessionState(session_id="s", agent="a"))
+
+    async def broken(work: CommandWork) -> None:
+        raise KeyError("surprise")
+
+    await t.guard.wrap(broken)(_traced_work([]))
+    [traceparent] = _result_traceparent(t.outcomes[0])
+    version, trace_id, _span_id, _flags = traceparent.split("-")
+    assert version == "00" and trace_id != "4bf92f3577b34da6a3ce929d0e0e4736"
