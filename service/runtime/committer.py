@@ -2,7 +2,8 @@
 
 Guarantee: an outcome's records, its session state and the input offsets it finishes become
 visible together or not at all; transactions never span a model or tool call (they hold only
-work already done), and one partition has at most one transaction open at any moment.
+work already done), one partition has at most one transaction open at any moment, and a final
+flush puts the input offsets into the partition's last commit.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
@@ -69,6 +70,11 @@ class Committer:
         self._wakeup = asyncio.Event()
         self._submitted = 0
         self._committed = 0
+        self._offsets_asked = 0
+        self._offsets_served = 0
+        self._final = False
+        self.transactions = 0
+        """Transactions committed so far."""
         self._progress = asyncio.Condition()
 
     def submit(self, outcome: Outcome) -> None:
@@ -76,11 +82,23 @@ class Committer:
         self._submitted += 1
         self._wakeup.set()
 
-    async def flush(self) -> None:
-        """Wait until everything submitted so far is committed (or the committer died)."""
+    async def flush(self, *, final: bool = False) -> None:
+        """Wait until everything submitted so far is committed (or the committer died).
+
+        ``final`` is the flush before the partition is handed over: it waits for a commit that
+        puts the input offsets in, whatever ``offsets_every_s`` says, so the next owner does not
+        re-read commands already answered; every later commit carries them too.
+        """
         target = self._submitted
+        asked = self._offsets_asked
+        if final:
+            self._final = True
+            asked = self._offsets_asked = self._offsets_asked + 1
+            self._wakeup.set()
         async with self._progress:
-            await self._progress.wait_for(lambda: self._committed >= target)
+            await self._progress.wait_for(
+                lambda: self._committed >= target and self._offsets_served >= asked
+            )
 
     async def run(self) -> None:
         """Commit forever; raises :class:`CommitFailedError` (or a fencing error) on failure."""
@@ -98,13 +116,17 @@ class Committer:
                 await asyncio.sleep(delay)
             self._wakeup.clear()
             batch, self._pending = self._pending, []
-            if not batch and not self._offsets_lagging:
+            if not batch and not self._offsets_lagging and not self._offsets_due:
                 continue
             last_start = time.monotonic()
             await self._commit(batch)
             async with self._progress:
                 self._committed += len(batch)
                 self._progress.notify_all()
+
+    @property
+    def _offsets_due(self) -> bool:
+        return self._offsets_asked > self._offsets_served
 
     async def _commit(self, batch: list[Outcome]) -> None:
         started = time.monotonic()
@@ -115,8 +137,10 @@ class Committer:
             for origin in outcome.finished:
                 self._trackers[origin.topic].finished(origin.offset)
         offsets = {}
+        asked = self._offsets_asked
         if (
             not batch
+            or self._final
             or any(outcome.replay_unsafe for outcome in batch)
             or started - self._offsets_committed_at >= self._offsets_every_s
         ):
@@ -133,8 +157,10 @@ class Committer:
             try:
                 async with asyncio.timeout(self._timeout_s):
                     await self._transact(records, offsets)
+                self.transactions += 1
             except TimeoutError as exc:
                 raise CommitFailedError(f"commit of partition {self._partition} timed out") from exc
+        self._offsets_served = asked
         elapsed = time.monotonic() - started
         if self._on_finished is not None:
             self._on_finished(finished)
@@ -154,18 +180,28 @@ class Committer:
         self, records: list[OutRecord], offsets: dict[TopicPartition, OffsetAndMetadata]
     ) -> None:
         producer = self._producer
-        await producer.begin_transaction()
-        deliveries = await self._send_batched(records)
-        if offsets:
-            await producer.send_offsets_to_transaction(offsets, self._group_id)
-        if deliveries:
-            await asyncio.gather(*deliveries)
-        self._faults.reached("after_produce_before_commit")
-        await producer.commit_transaction()
+        deliveries: list[asyncio.Future[object]] = []
+        try:
+            await producer.begin_transaction()
+            await self._send_batched(records, deliveries)
+            if offsets:
+                await producer.send_offsets_to_transaction(offsets, self._group_id)
+            if deliveries:
+                await asyncio.gather(*deliveries)
+            self._faults.reached("after_produce_before_commit")
+            await producer.commit_transaction()
+        except BaseException:
+            # A failed transaction leaves delivery futures nobody awaits; their exceptions
+            # would surface later as "Future exception was never retrieved".
+            discard(deliveries)
+            raise
         self._faults.reached("after_commit")
 
-    async def _send_batched(self, records: list[OutRecord]) -> list[asyncio.Future[object]]:
-        """One record batch per partition (far cheaper than a send per record), in order."""
+    async def _send_batched(
+        self, records: list[OutRecord], deliveries: list[asyncio.Future[object]]
+    ) -> None:
+        """One record batch per partition (far cheaper than a send per record), in order;
+        each delivery future goes into ``deliveries`` as soon as it exists."""
         producer = self._producer
         groups: dict[tuple[str, int], list[OutRecord]] = {}
         for record in records:
@@ -173,7 +209,6 @@ class Committer:
             if partition is None:
                 partition = await self._partition_of(record.topic, record.key)
             groups.setdefault((record.topic, partition), []).append(record)
-        deliveries: list[asyncio.Future[object]] = []
         for (topic, partition), group in groups.items():
             batch = producer.create_batch()
             for record in group:
@@ -196,7 +231,6 @@ class Committer:
                 )
             if batch.record_count():
                 deliveries.append(await producer.send_batch(batch, topic, partition=partition))
-        return deliveries
 
     async def _partition_of(self, topic: str, key: bytes | None) -> int:
         """The partition the default partitioner picks for a key (as a keyed send would)."""
@@ -233,3 +267,34 @@ def _append(batch: Any, record: OutRecord) -> bool:
         timestamp=None, key=record.key, value=record.value, headers=record.headers
     )
     return appended is not None
+
+
+def discard(futures: Iterable[asyncio.Future[Any]]) -> None:
+    """Give up on futures nobody will await: a finished one has its exception retrieved, a
+    pending one is cancelled (a shielded delivery then retrieves its inner future itself)."""
+    for future in futures:
+        if not future.done():
+            future.cancel()
+        elif not future.cancelled():
+            future.exception()
+
+
+def discard_leftovers(producer: AIOKafkaProducer) -> None:
+    """Retrieve the failures a stopped producer keeps inside aiokafka (0.14): the waiter of a
+    transaction that never reached its commit and the drain waiters of batches that never
+    reached a broker. Nothing awaits them, so each would be reported as never retrieved."""
+    leftovers: list[asyncio.Future[Any]] = []
+    txn = getattr(producer, "_txn_manager", None)
+    waiter = txn.wait_for_transaction_end() if txn is not None else None
+    if waiter is not None:
+        leftovers.append(waiter)
+    accumulator = getattr(producer, "_message_accumulator", None)
+    if accumulator is not None:
+        for batches in getattr(accumulator, "_batches", {}).values():
+            leftovers.extend(batch._drain_waiter for batch in batches)
+        leftovers.extend(
+            batch._drain_waiter for batch in getattr(accumulator, "_pending_batches", ())
+        )
+    for future in leftovers:
+        if future.done() and not future.cancelled():
+            future.exception()

@@ -3,7 +3,8 @@
 Guarantees: no command of the partition runs before its session store is restored (after the
 producer was initialised, which fences every earlier owner); commands of one session run in
 topic order; once fenced, the owner never writes again; on stop it starts nothing new, gives
-running steps a bounded grace period to reach a commit, and abandons the rest.
+running steps a bounded grace period to reach a commit, abandons the rest, and puts the input
+offsets into its last commit.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from service.agent.definition import AgentDefinition
 from service.observability.metrics import Metrics
 from service.runtime.cancels import CancelDesk
 from service.runtime.clients import transactional_producer
-from service.runtime.committer import CommitObserver, Committer
+from service.runtime.committer import CommitObserver, Committer, discard_leftovers
 from service.runtime.control import ControlHandler
 from service.runtime.faults import FaultPoints
 from service.runtime.invoker import Invoker
@@ -40,6 +41,8 @@ logger = logging.getLogger(__name__)
 FENCING_ERRORS = (ProducerFenced, InvalidProducerEpoch)
 _PRODUCER_CLOSE_S = 2.0
 """Bound on closing a producer; an open transaction it leaves is aborted by the next owner."""
+_LAST_COMMIT_S = 2.0
+"""Least time the last commit (with the input offsets) gets once the grace period is over."""
 
 
 class OwnerExit(enum.Enum):
@@ -101,10 +104,17 @@ class PartitionOwner:
         self._control: ControlHandler | None = None
         self._guard: PoisonGuard | None = None
         self.exit: OwnerExit | None = None
+        self.error: BaseException | None = None
+        """Why the owner failed (when ``exit`` is ``FAILED``)."""
 
     @property
     def restored(self) -> bool:
         return self._restored
+
+    @property
+    def transactions(self) -> int:
+        """Transactions this owner committed."""
+        return self._committer.transactions if self._committer is not None else 0
 
     def accept(self, record: InputRecord) -> None:
         """Take a fetched record of this partition (called by the consumer loop, in order)."""
@@ -152,11 +162,8 @@ class PartitionOwner:
             if self._stop_requested.is_set():
                 self.exit = OwnerExit.STOPPED
             else:
-                logger.error(
-                    "partition=<%d>, error=<%r> | partition owner failed, it will be re-created",
-                    self.partition,
-                    group.exceptions[0],
-                )
+                # The runtime logs it when it re-creates the owner.
+                self.error = group.exceptions[0]
                 self.exit = OwnerExit.FAILED
         finally:
             self._ctx.inflight.count -= self._accepted - self._finished
@@ -164,6 +171,7 @@ class PartitionOwner:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(_PRODUCER_CLOSE_S):
                     await producer.stop()
+            discard_leftovers(producer)
         return self.exit or OwnerExit.STOPPED
 
     async def _serve(self, producer: AIOKafkaProducer) -> None:
@@ -228,19 +236,33 @@ class PartitionOwner:
             raise _StopRequestedError
 
     async def _drain(self) -> None:
-        """Let running steps reach a commit within the grace period; the rest is abandoned."""
+        """Let running steps reach a commit within the grace period; the rest is abandoned.
+
+        The last commit carries the input offsets, so the next owner starts after the last
+        answered command instead of re-reading what finished since offsets last joined.
+        """
         queues, committer = self._queues, self._committer
         assert queues is not None and committer is not None
         queues.close()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._grace_s
         try:
-            async with asyncio.timeout(self._grace_s):
+            async with asyncio.timeout_at(deadline):
                 await queues.wait_idle()
-                await committer.flush()
         except TimeoutError:
             logger.warning(
                 "partition=<%d>, sessions=<%d> | grace period over, abandoning running steps",
                 self.partition,
                 queues.sessions,
+            )
+        try:
+            async with asyncio.timeout_at(max(deadline, loop.time() + _LAST_COMMIT_S)):
+                await committer.flush(final=True)
+        except TimeoutError:
+            logger.warning(
+                "partition=<%d> | last commit unfinished, the next owner re-reads from the "
+                "offsets committed before",
+                self.partition,
             )
 
     async def _seek_to_committed(self) -> None:

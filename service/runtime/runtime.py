@@ -3,14 +3,16 @@
 Guarantees: partition *p* of commands and control is owned here together (range assignor over
 co-partitioned topics) and by at most one live owner at a time; on revocation and on shutdown,
 owners drain within the grace period before their producers close; a failed owner is replaced
-by a fresh one that re-reads from the committed offsets and the committed state.
+by a fresh one that re-reads from the committed offsets and the committed state, after a wait
+that grows with the failures in a row (the instance is not ready meanwhile).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
@@ -26,13 +28,22 @@ from service.runtime.faults import FaultPoints
 from service.runtime.loop_lag import LoopLag
 from service.runtime.partition_owner import InFlight, OwnerContext, OwnerExit, PartitionOwner
 from service.runtime.rebalance import RebalanceListener
+from service.runtime.restart_backoff import RestartBackoff
 from service.runtime.restore import SessionsReader
 from service.runtime.topics import verify_topics
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)
 
-_RESTART_BACKOFF_S = 1.0
+
+class OwnerFactory(Protocol):
+    """Makes the owner of one partition (tests put a stand-in here)."""
+
+    def __call__(
+        self, partition: int, ctx: OwnerContext, *, seek_on_start: bool
+    ) -> PartitionOwner: ...
+
+
 _STOP_MARGIN_S = 10.0
 
 
@@ -44,6 +55,8 @@ class Runtime:
         *,
         observer: CommitObserver | None = None,
         operability: Operability | None = None,
+        owner_factory: OwnerFactory = PartitionOwner,
+        restart_backoff: Callable[[], RestartBackoff] = RestartBackoff,
     ) -> None:
         self._settings = settings
         self._agents = agents
@@ -54,6 +67,9 @@ class Runtime:
         )
         self._owners: dict[int, PartitionOwner] = {}
         self._owner_tasks: dict[PartitionOwner, asyncio.Task[None]] = {}
+        self._backoffs: dict[int, RestartBackoff] = {}
+        self._owner_factory = owner_factory
+        self._restart_backoff = restart_backoff
         self._assigned: set[int] = set()
         self._joined = False
         self._stopping = False
@@ -176,7 +192,7 @@ class Runtime:
 
     def _start_owner(self, partition: int, *, seek_on_start: bool) -> None:
         assert self._tasks is not None and self._ctx is not None
-        owner = PartitionOwner(partition, self._ctx, seek_on_start=seek_on_start)
+        owner = self._owner_factory(partition, self._ctx, seek_on_start=seek_on_start)
         self._owners[partition] = owner
         self._owner_tasks[owner] = self._tasks.create_task(self._own(owner))
 
@@ -187,11 +203,27 @@ class Runtime:
             self._owner_tasks.pop(owner, None)
             if self._owners.get(owner.partition) is owner:
                 del self._owners[owner.partition]
+        partition = owner.partition
+        backoff = self._backoffs.get(partition)
+        if backoff is None:
+            backoff = self._backoffs[partition] = self._restart_backoff()
+        if owner.transactions:
+            backoff.succeeded()
         if exit_ is OwnerExit.FAILED and not self._stopping:
-            await asyncio.sleep(_RESTART_BACKOFF_S)
-            if owner.partition in self._assigned and owner.partition not in self._owners:
-                self._ops.readiness.restoring(owner.partition)
-                self._start_owner(owner.partition, seek_on_start=True)
+            delay = backoff.failed()
+            logger.warning(
+                "partition=<%d>, error=<%r>, failures=<%d>, retry_in_s=<%.1f> | partition owner "
+                "failed, it will be re-created",
+                partition,
+                owner.error,
+                backoff.failures,
+                delay,
+            )
+            # Down until the fresh owner has restored: not ready in the meantime.
+            self._ops.readiness.restoring(partition)
+            await asyncio.sleep(delay)
+            if partition in self._assigned and partition not in self._owners:
+                self._start_owner(partition, seek_on_start=True)
 
     async def _stop_owners(self, partitions: set[int]) -> None:
         grace = self._settings.runtime.revoke_grace_s

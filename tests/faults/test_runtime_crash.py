@@ -154,7 +154,11 @@ async def test_a_failed_commit_recreates_the_partition_owner_and_loses_nothing(
             await client.send(*commands)
             await client.wait_results(len(commands), timeout=60, alive=proc)
             assert proc.log_count("partition owner failed, it will be re-created") == 1
+            (line,) = [ln for ln in proc.text().splitlines() if "partition owner failed" in ln]
+            assert " WARNING " in line and "error=<InjectedCommitError(" in line, line
+            assert "failures=<1>" in line, line
             assert await proc.terminate() == 0
+            assert "never retrieved" not in proc.text(), proc.text()[-3000:]
             await client.caught_up()
     counts = Counter(r["command_id"] for r in client.results)
     assert counts == Counter({c["command_id"]: 1 for c in commands})

@@ -42,6 +42,8 @@ async def test_zombie_writes_never_become_visible(cluster: Cluster) -> None:
             await client.send(later)
             await client.result(later["command_id"], timeout=60)
             assert await zombie.terminate() == 0, zombie.text()[-3000:]
+            # Every future of the fenced producer was retrieved or cancelled.
+            assert "never retrieved" not in zombie.text(), zombie.text()[-3000:]
             assert await successor.terminate() == 0
             await client.caught_up()
     assert Counter(r["command_id"] for r in client.results) == Counter(
