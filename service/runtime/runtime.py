@@ -4,12 +4,14 @@ Guarantees: partition *p* of commands and control is owned here together (range 
 co-partitioned topics) and by at most one live owner at a time; on revocation and on shutdown,
 owners drain within the grace period before their producers close; a failed owner is replaced
 by a fresh one that re-reads from the committed offsets and the committed state, after a wait
-that grows with the failures in a row (the instance is not ready meanwhile).
+that grows with the failures in a row (the instance is not ready meanwhile); a fenced owner is
+replaced only if the group still assigns its partition here a session timeout later.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from typing import Protocol
@@ -73,6 +75,8 @@ class Runtime:
         self._assigned: set[int] = set()
         self._joined = False
         self._stopping = False
+        self._halted = asyncio.Event()
+        """Set with ``_stopping``: cuts short the waits before owners are re-created."""
         self._tasks: asyncio.TaskGroup | None = None
         self._ctx: OwnerContext | None = None
         self.inflight = InFlight(settings.runtime.max_in_flight)
@@ -147,6 +151,7 @@ class Runtime:
                 await stop.wait()
                 logger.info("owners=<%d> | stopping: draining partitions", len(self._owners))
                 self._stopping = True
+                self._halted.set()
                 self._ops.readiness.stopping()
                 loop.stop()
                 await fetching
@@ -163,6 +168,7 @@ class Runtime:
         the instance stays in the group until :meth:`run`'s stop event ends it."""
         logger.info("owners=<%d> | drain requested: draining partitions", len(self._owners))
         self._stopping = True
+        self._halted.set()
         self._ops.readiness.stopping()
         await self._stop_owners(set(self._owners))
 
@@ -221,9 +227,45 @@ class Runtime:
             )
             # Down until the fresh owner has restored: not ready in the meantime.
             self._ops.readiness.restoring(partition)
-            await asyncio.sleep(delay)
-            if partition in self._assigned and partition not in self._owners:
+            if await self._waited(delay) and self._still_mine(partition):
                 self._start_owner(partition, seek_on_start=True)
+        elif exit_ is OwnerExit.FENCED and not self._stopping:
+            await self._recheck_fenced(partition)
+
+    async def _recheck_fenced(self, partition: int) -> None:
+        """Take a fenced partition back if the group still gives it to this instance.
+
+        A zombie learns from its next heartbeat that it lost the partition, and the revoke
+        removes the partition from the assignment. A member that still owns it after a session
+        timeout and a heartbeat was fenced by something else (a transaction the broker aborted
+        after ``transaction_timeout_ms``, a stray producer with the same id) and would otherwise
+        leave the partition unserved until the next rebalance.
+        """
+        group = self._settings.group
+        wait_s = (group.session_timeout_ms + group.heartbeat_interval_ms) / 1000 + 1.0
+        logger.warning(
+            "partition=<%d>, recheck_in_s=<%.1f> | partition owner fenced; it is re-created if "
+            "this instance still owns the partition then",
+            partition,
+            wait_s,
+        )
+        self._ops.readiness.restoring(partition)
+        if await self._waited(wait_s) and self._still_mine(partition):
+            logger.warning(
+                "partition=<%d> | still owned after being fenced: taking it back", partition
+            )
+            self._start_owner(partition, seek_on_start=True)
+
+    async def _waited(self, seconds: float) -> bool:
+        """Wait ``seconds``; False when the instance began stopping meanwhile."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._halted.wait()
+        return not self._stopping
+
+    def _still_mine(self, partition: int) -> bool:
+        """Assigned here and nobody (a rebalance's fresh owner) serves it yet."""
+        return partition in self._assigned and partition not in self._owners
 
     async def _stop_owners(self, partitions: set[int]) -> None:
         grace = self._settings.runtime.revoke_grace_s
