@@ -114,8 +114,9 @@ class Window:
 class Driver:
     """Upstream and downstream in one: publishes commands, reads committed results."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, prefix: str = "bench") -> None:
         self.cluster = cluster
+        self.prefix = prefix
         self.sessions: dict[str, Session] = {}
         self.ready: deque[Session] = deque()
         self.window: Window | None = None
@@ -154,7 +155,7 @@ class Driver:
     def add_sessions(self, count: int) -> None:
         for _ in range(count):
             index = len(self.sessions)
-            sid = f"bench-{index}"
+            sid = f"{self.prefix}-{index}"
             # Where an upstream producer keying by session id puts it (Kafka's default
             # partitioner), so results and events share the command's partition number.
             session = Session(sid, self._partitioner(sid.encode(), self._all, self._all))
@@ -289,7 +290,9 @@ def assigned(proc: ServiceProcess) -> set[int]:
     return {int(p) for p in match.group(1).split(",") if p.strip()}
 
 
-async def bench(args: argparse.Namespace, bootstrap: str, broker_pid: int | None) -> dict[str, Any]:
+async def bench(
+    args: argparse.Namespace, bootstrap: str, broker_pid: int | None, *, fresh_broker: bool
+) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="cairn-bench-"))
     cluster = Cluster(bootstrap, workdir, partitions=args.partitions)
     await cluster.create_topics()
@@ -334,6 +337,17 @@ async def bench(args: argparse.Namespace, bootstrap: str, broker_pid: int | None
     }
     try:
         await wait_ready(first, args.partitions)
+        if fresh_broker and args.broker_warmup > 0:
+            # A broker just started spends its first minute compiling its hot paths (its CPU
+            # then doubles per request); a serving broker is long past that. Sessions of their
+            # own, so the measured ones start with short conversations as before.
+            warm = Driver(cluster, prefix="warmup")
+            await warm.start()
+            warm.add_sessions(args.sessions)
+            await warm.run_closed(args.broker_warmup, 0.0)
+            await warm.drain()
+            await warm.stop()
+        report["broker_warmup_s"] = args.broker_warmup if fresh_broker else 0
         await driver.start()
         driver.add_sessions(args.sessions)
 
@@ -487,6 +501,12 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--load", type=float, default=0.5, help="fraction of saturation")
     parser.add_argument(
+        "--broker-warmup",
+        type=float,
+        default=60.0,
+        help="seconds of traffic before measuring, when the run starts its own broker",
+    )
+    parser.add_argument(
         "--rate",
         type=float,
         default=None,
@@ -510,7 +530,8 @@ def main() -> int:
     args = parser.parse_args()
     properties = dict(item.split("=", 1) for item in args.broker_property)
     with broker(properties) as (bootstrap, broker_pid):
-        report = asyncio.run(bench(args, bootstrap, broker_pid or args.broker_pid))
+        pid = broker_pid or args.broker_pid
+        report = asyncio.run(bench(args, bootstrap, pid, fresh_broker=broker_pid is not None))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
