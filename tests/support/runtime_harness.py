@@ -315,6 +315,7 @@ class Client:
                     value = orjson.loads(record.value)
                     value["_partition"] = record.partition
                     value["_offset"] = record.offset
+                    value["_headers"] = dict(record.headers)
                     sink.append(value)
 
     async def send(
