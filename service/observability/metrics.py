@@ -103,6 +103,20 @@ class Metrics:
         self._cancels = Counter(
             "cairn_cancels", "Cancel commands applied, by what they found.", ["outcome"], registry=r
         )
+        self._unwritable = Counter(
+            "cairn_unwritable_outcomes",
+            "Outputs the broker refused for good (e.g. a record too large), replaced by a small "
+            "error result and a dead letter, by what was written instead.",
+            ["replacement"],
+            registry=r,
+        )
+        self._hanging = Counter(
+            "cairn_hanging_transactions_aborted",
+            "Open transactions found on a partition an owner writes, left by no live producer, "
+            "and aborted before the owner restored and wrote.",
+            ["topic"],
+            registry=r,
+        )
 
     def command(self, command_type: str, outcome: str) -> None:
         """Count one command once its outcome is known (``ok``, ``error``, ``duplicate``, ...)."""
@@ -154,6 +168,14 @@ class Metrics:
     def cancel(self, outcome: str) -> None:
         """Count one applied cancel by what it met first (see :data:`CANCEL_OUTCOMES`)."""
         self._cancels.labels(_bounded(outcome, CANCEL_OUTCOMES)).inc()
+
+    def unwritable(self, replacement: str) -> None:
+        """Count one outcome the broker refused for good: ``fallback`` (its small replacement
+        was written) or ``dropped`` (nothing could be written)."""
+        self._unwritable.labels(replacement if replacement == "fallback" else "dropped").inc()
+
+    def hanging_transaction_aborted(self, topic: str) -> None:
+        self._hanging.labels(topic[:249]).inc()
 
     def render(self) -> bytes:
         """The Prometheus text exposition of this registry."""

@@ -68,16 +68,17 @@ def plain_producer(kafka: KafkaSettings) -> AIOKafkaProducer:
 
 
 def reader(kafka: KafkaSettings, **extra: Any) -> AIOKafkaConsumer:
-    """A group-less consumer reading committed data only (restore, tools, tests)."""
-    return AIOKafkaConsumer(
-        **connection_options(kafka),
-        client_id=f"{kafka.client_id}-reader",
-        group_id=None,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        auto_offset_reset="earliest",
-        **extra,
-    )
+    """A group-less consumer reading committed data only unless ``extra`` says otherwise
+    (restore, tools, tests)."""
+    options: dict[str, Any] = {
+        "client_id": f"{kafka.client_id}-reader",
+        "group_id": None,
+        "enable_auto_commit": False,
+        "isolation_level": "read_committed",
+        "auto_offset_reset": "earliest",
+    }
+    options.update(extra)
+    return AIOKafkaConsumer(**connection_options(kafka), **options)
 
 
 def admin(kafka: KafkaSettings) -> AIOKafkaAdminClient:

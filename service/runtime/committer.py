@@ -12,13 +12,20 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.errors import (
+    CorruptRecordException,
+    InvalidTimestampError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+)
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.structs import OffsetAndMetadata
 
+from service.observability.metrics import Metrics
 from service.runtime.commit_stats import CommitReport
 from service.runtime.faults import FaultPoints
 from service.runtime.offsets import OffsetTracker
@@ -33,6 +40,19 @@ CommitObserver = Callable[[CommitReport], None]
 
 class CommitFailedError(RuntimeError):
     """A transaction failed or its outcome is unknown: the producer must be thrown away."""
+
+
+UNWRITABLE_ERRORS: tuple[type[Exception], ...] = (
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    CorruptRecordException,
+    InvalidTimestampError,
+)
+"""Produce errors that retrying the same records can never cure: the records are the problem."""
+
+ProducerFactory = Callable[[], Awaitable[AIOKafkaProducer]]
+"""Throws the current producer away and returns a started new one with the same transactional
+id (its InitProducerId aborts what the old one left open and resets its sequence numbers)."""
 
 
 class Committer:
@@ -50,8 +70,12 @@ class Committer:
         faults: FaultPoints,
         observer: CommitObserver | None = None,
         on_finished: Callable[[int], None] | None = None,
+        renew_producer: ProducerFactory | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._producer = producer
+        self._renew_producer = renew_producer
+        self._metrics = metrics if metrics is not None else Metrics()
         self._group_id = group_id
         self._sessions_topic = sessions_topic
         self._partition = partition
@@ -155,11 +179,9 @@ class Committer:
         )
         if records or offsets:
             try:
-                async with asyncio.timeout(self._timeout_s):
-                    await self._transact(records, offsets)
-                self.transactions += 1
-            except TimeoutError as exc:
-                raise CommitFailedError(f"commit of partition {self._partition} timed out") from exc
+                await self._transact_in_time(records, offsets)
+            except UNWRITABLE_ERRORS as exc:
+                await self._isolate(batch, offsets, exc)
         self._offsets_served = asked
         elapsed = time.monotonic() - started
         if self._on_finished is not None:
@@ -175,6 +197,84 @@ class Committer:
                     states=len(states),
                 )
             )
+
+    async def _transact_in_time(
+        self, records: list[OutRecord], offsets: dict[TopicPartition, OffsetAndMetadata]
+    ) -> None:
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await self._transact(records, offsets)
+        except TimeoutError as exc:
+            raise CommitFailedError(f"commit of partition {self._partition} timed out") from exc
+        self.transactions += 1
+
+    async def _isolate(
+        self,
+        batch: list[Outcome],
+        offsets: dict[TopicPartition, OffsetAndMetadata],
+        error: BaseException,
+    ) -> None:
+        """The broker refused some record of ``batch`` for good: commit its outcomes one by one,
+        each refused one replaced by its fallback (or dropped), then the input offsets.
+
+        Retrying the batch as it is would fail the same way for ever and stop the partition.
+        """
+        logger.warning(
+            "partition=<%d>, outcomes=<%d>, error=<%s> | a record was refused for good, "
+            "committing the batch's outcomes one by one",
+            self._partition,
+            len(batch),
+            error,
+        )
+        await self._renew()
+        for outcome in batch:
+            await self._commit_alone(outcome)
+        if offsets:
+            await self._transact_in_time([], offsets)
+
+    async def _commit_alone(self, outcome: Outcome) -> None:
+        records, _, _ = self._records_of([outcome])
+        if not records:
+            return
+        try:
+            await self._transact_in_time(records, {})
+            return
+        except UNWRITABLE_ERRORS as exc:
+            await self._renew()
+            outcome.unwritten = exc
+        replacement = outcome.fallback(outcome.unwritten) if outcome.fallback else None
+        if replacement is not None:
+            records, _, _ = self._records_of([replacement])
+            try:
+                await self._transact_in_time(records, {})
+            except UNWRITABLE_ERRORS:
+                await self._renew()
+            else:
+                self._metrics.unwritable("fallback")
+                logger.error(
+                    "partition=<%d>, error=<%s> | output refused by the broker, "
+                    "answered with a small error result and dead-lettered instead",
+                    self._partition,
+                    outcome.unwritten,
+                )
+                return
+        self._metrics.unwritable("dropped")
+        logger.error(
+            "partition=<%d>, records=<%d>, error=<%s> | output refused by the broker and "
+            "nothing could be written in its place: dropped",
+            self._partition,
+            len(records),
+            outcome.unwritten,
+        )
+
+    async def _renew(self) -> None:
+        """A refused record leaves the producer's transaction abortable only and its sequence
+        numbers ahead of the broker's; a fresh producer (new epoch) starts clean."""
+        if self._renew_producer is None:
+            with contextlib.suppress(Exception):
+                await self._producer.abort_transaction()
+            return
+        self._producer = await self._renew_producer()
 
     async def _transact(
         self, records: list[OutRecord], offsets: dict[TopicPartition, OffsetAndMetadata]

@@ -37,6 +37,7 @@ from service.agent.types import AgentResult
 from service.observability.metrics import Metrics
 from service.runtime.records import (
     ParsedCommand,
+    dlq_record,
     event_record,
     failure_record,
     result_record,
@@ -51,6 +52,11 @@ logger = logging.getLogger(__name__)
 
 STATE_TOO_LARGE: ErrorCode = "limit_exceeded"
 """Error code of a command whose session state outgrew ``state_record_max_bytes``."""
+
+
+FALLBACK_RESULT_MAX_BYTES = 16_384
+"""Bound of the error result that replaces an output the broker refused: echoed metadata above
+it is left out, so the replacement fits any topic a deployment could configure."""
 
 
 class _AbandonedError(Exception):
@@ -97,19 +103,22 @@ class Invoker:
     async def handle(self, work: CommandWork) -> None:
         origin = work.record.origin
         stored = self._store.get(work.session_id)
+        command_id = _command_id(work)
+        if stored is not None and command_id and command_id in stored.state.applied_commands:
+            # Refusals are remembered too, so a re-read or re-published refused command is not
+            # answered a second time.
+            logger.info(
+                "session_id=<%s>, command_id=<%s> | duplicate command, already answered",
+                work.session_id,
+                command_id,
+            )
+            self._metrics.command(_command_type(work), "duplicate")
+            self._submit(Outcome(finished=[origin]))
+            return
         if work.command is None:
             self._reject(work, stored, work.error)
             return
         command: ParsedCommand = work.command
-        if stored is not None and command.command_id in stored.state.applied_commands:
-            logger.info(
-                "session_id=<%s>, command_id=<%s> | duplicate command, already answered",
-                command.session_id,
-                command.command_id,
-            )
-            self._metrics.command(command.type, "duplicate")
-            self._submit(Outcome(finished=[origin]))
-            return
         agent_name = command.agent or (stored.state.agent if stored is not None else None)
         agent = self._agents.get(agent_name) if agent_name else None
         if agent is None:
@@ -186,13 +195,16 @@ class Invoker:
                     seq = self._event(run, command, seq, "checkpoint_reached", data)
                     # A cancel read later, by another owner, must know whether it covers this.
                     event.state.inflight_published_ms = work.record.timestamp_ms
-                    self._commit_state(run, event.state, seq, finished=None, result=None)
+                    outcome = self._commit_state(run, event.state, seq, finished=None, result=None)
                     now = time.perf_counter()
                     observe_step(now - step_started)
                     step_started = now
                     # Nothing past a boundary (a tool's side effect above all) may happen before
                     # the boundary is committed, or a crash would replay a different future.
                     await self._durable()
+                    if outcome.unwritten is not None:
+                        # The broker refused the boundary; its fallback answered the command.
+                        return
                     if self._stopping():
                         raise _AbandonedError
                 elif isinstance(event, Stopped):
@@ -217,13 +229,17 @@ class Invoker:
         *,
         finished: Origin | None,
         result: AgentResult | None,
-    ) -> None:
+    ) -> Outcome:
         value = encode_state(state)
         if len(value) > self._state_max_bytes:
             raise StateTooLargeError(len(value), self._state_max_bytes)
         records = run.events
         run.events = []
-        outcome = Outcome(records=records, state=StateWrite(state.session_id, value, seq))
+        outcome = Outcome(
+            records=records,
+            state=StateWrite(state.session_id, value, seq),
+            fallback=self._fallback(run.work, run.stored),
+        )
         if result is not None and finished is not None:
             command: ParsedCommand = run.work.command
             record = result_record(
@@ -233,6 +249,7 @@ class Invoker:
                 result,
                 command.metadata,
                 run.work.trace,
+                max_bytes=self._state_max_bytes,
             )
             if record.value is not None and len(record.value) > self._state_max_bytes:
                 raise StateTooLargeError(len(record.value), self._state_max_bytes)
@@ -244,6 +261,23 @@ class Invoker:
         self._store.put(state.session_id, stored)
         run.stored = stored
         self._submit(outcome)
+        return outcome
+
+    def _fallback(
+        self, work: CommandWork, before: StoredSession
+    ) -> Callable[[BaseException], Outcome]:
+        """What answers the command when the broker refuses its output for good: the command
+        dead-lettered, a small ``internal`` error result, and the session as it was before."""
+
+        def build(error: BaseException) -> Outcome:
+            reason = f"the command's output was refused by the broker: {error}"
+            outcome = self._failure(
+                work, before, "internal", reason, seq=None, max_bytes=FALLBACK_RESULT_MAX_BYTES
+            )
+            outcome.records.insert(0, dlq_record(self._topics.dlq, work.record, reason, "internal"))
+            return outcome
+
+        return build
 
     def _flush_text(self, run: _Run, command: ParsedCommand, seq: int) -> int:
         if not run.text:
@@ -307,8 +341,34 @@ class Invoker:
         self, work: CommandWork, stored: StoredSession | None, code: ErrorCode, message: str
     ) -> None:
         """Answer with an ``error`` result; the session keeps its state from before the command."""
+        self._metrics.command(_command_type(work), "error")
+        self._metrics.result("error", code)
+        latest = self._store.get(work.session_id)
+        self._submit(
+            self._failure(
+                work, stored, code, message, seq=latest.event_seq if latest is not None else 0
+            )
+        )
+
+    def _failure(
+        self,
+        work: CommandWork,
+        stored: StoredSession | None,
+        code: ErrorCode,
+        message: str,
+        *,
+        seq: int | None,
+        max_bytes: int | None = None,
+    ) -> Outcome:
+        """The outcome of an ``error`` answer: the result and the session state from before the
+        command with the command marked applied, so a re-read of it is answered never again.
+
+        A session with no state yet gets one that holds only that mark (no agent, no messages).
+        ``seq`` is the session's latest event sequence number, when it may be ahead of
+        ``stored``'s.
+        """
         command: ParsedCommand | None = work.command
-        command_id = command.command_id if command is not None else _wire_command_id(work.error)
+        command_id = _command_id(work)
         metadata = command.metadata if command is not None else None
         outcome = Outcome(finished=[work.record.origin], results=1, replay_unsafe=True)
         outcome.records.append(
@@ -320,21 +380,21 @@ class Invoker:
                 message,
                 metadata,
                 work.trace,
+                max_bytes=max_bytes if max_bytes is not None else self._state_max_bytes,
             )
         )
-        self._metrics.command(command.type if command is not None else "other", "error")
-        self._metrics.result("error", code)
-        if stored is not None and command_id:
-            latest = self._store.get(work.session_id)
-            seq = max(stored.event_seq, latest.event_seq if latest is not None else 0)
+        if command_id:
+            if stored is None:
+                stored = StoredSession(SessionState(session_id=work.session_id))
+            event_seq = max(stored.event_seq, seq or 0)
             state = stored.state.copy()
             state.inflight = None
             state.inflight_published_ms = None
             state.mark_applied(command_id)
-            outcome.state = StateWrite(work.session_id, encode_state(state), seq)
+            outcome.state = StateWrite(work.session_id, encode_state(state), event_seq)
             outcome.replay_unsafe = False
-            self._store.put(work.session_id, StoredSession(state, seq))
-        self._submit(outcome)
+            self._store.put(work.session_id, StoredSession(state, event_seq))
+        return outcome
 
     def _count_result(self, command_type: str, result: AgentResult) -> None:
         stop_reason = result.stop_reason
@@ -352,8 +412,17 @@ def _known_code(code: str) -> ErrorCode:
     return cast("ErrorCode", code) if code in ERROR_CODES else "internal"
 
 
-def _wire_command_id(error: Exception | None) -> str | None:
+def _command_id(work: CommandWork) -> str | None:
+    """The id of the command ``work`` holds, also when it was refused before being decoded."""
+    if work.command is not None:
+        command_id: str = work.command.command_id
+        return command_id
+    error = work.error
     return error.command_id if isinstance(error, WireError) else None
+
+
+def _command_type(work: CommandWork) -> str:
+    return work.command.type if work.command is not None else "other"
 
 
 def describe_event(event: object) -> tuple[str, dict[str, Any]]:

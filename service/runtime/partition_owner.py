@@ -32,6 +32,7 @@ from service.runtime.poison import NOT_THE_RECORDS, PoisonGuard
 from service.runtime.records import dlq_record, parse_command, session_key
 from service.runtime.restore import SessionsReader
 from service.runtime.session_queue import SessionQueues
+from service.runtime.transactions import resolve_open_transactions
 from service.runtime.work import CommandWork, InputRecord, Outcome
 from service.settings import Settings
 from service.wire.errors import WireError
@@ -103,6 +104,7 @@ class PartitionOwner:
         self._committer: Committer | None = None
         self._control: ControlHandler | None = None
         self._guard: PoisonGuard | None = None
+        self._producer: AIOKafkaProducer | None = None
         self.exit: OwnerExit | None = None
         self.error: BaseException | None = None
         """Why the owner failed (when ``exit`` is ``FAILED``)."""
@@ -141,15 +143,9 @@ class PartitionOwner:
         self._stop_requested.set()
 
     async def run(self) -> OwnerExit:
-        settings = self._ctx.settings
-        transactional_id = f"{settings.group.group_id}-{self.partition}"
-        producer = transactional_producer(
-            settings.kafka,
-            transactional_id,
-            transaction_timeout_ms=settings.runtime.transaction_timeout_ms,
-        )
+        self._producer = self._new_producer()
         try:
-            await self._serve(producer)
+            await self._serve()
         except* _StopRequestedError:
             self.exit = OwnerExit.STOPPED
         except* FENCING_ERRORS:
@@ -168,16 +164,39 @@ class PartitionOwner:
         finally:
             self._ctx.inflight.count -= self._accepted - self._finished
             self._accepted = self._finished
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(_PRODUCER_CLOSE_S):
-                    await producer.stop()
-            discard_leftovers(producer)
+            await _close(self._producer)
         return self.exit or OwnerExit.STOPPED
 
-    async def _serve(self, producer: AIOKafkaProducer) -> None:
+    def _new_producer(self) -> AIOKafkaProducer:
+        settings = self._ctx.settings
+        return transactional_producer(
+            settings.kafka,
+            f"{settings.group.group_id}-{self.partition}",
+            transaction_timeout_ms=settings.runtime.transaction_timeout_ms,
+        )
+
+    async def _renew_producer(self) -> AIOKafkaProducer:
+        """Replace the producer by a fresh one with the same transactional id (a new epoch)."""
+        await _close(self._producer)
+        self._producer = producer = self._new_producer()
+        await producer.start()
+        return producer
+
+    async def _serve(self) -> None:
         """Fence earlier owners, restore, then run the partition's work until a stop request."""
         settings = self._ctx.settings
+        producer = self._producer
+        assert producer is not None
         await producer.start()
+        await resolve_open_transactions(
+            producer,
+            self._ctx.sessions,
+            [
+                TopicPartition(topic, self.partition)
+                for topic in (self._topics.sessions, self._topics.results, self._topics.events)
+            ],
+            self._ctx.metrics,
+        )
         if self._seek_on_start:
             await self._seek_to_committed()
         await self._ctx.faults.before_restore(self.partition)
@@ -194,6 +213,8 @@ class PartitionOwner:
             faults=self._ctx.faults,
             observer=self._ctx.observer,
             on_finished=self._on_finished,
+            renew_producer=self._renew_producer,
+            metrics=self._ctx.metrics,
         )
         invoker = Invoker(
             agents=self._ctx.agents,
@@ -306,7 +327,7 @@ class PartitionOwner:
             return
         assert self._queues is not None and self._committer is not None
         try:
-            command = parse_command(record)
+            command = parse_command(record, self._ctx.settings.runtime.state_record_max_bytes)
         except WireError as exc:
             if exc.answerable and exc.session_id is not None:
                 self._queues.put(CommandWork(record, exc.session_id, None, exc))
@@ -328,3 +349,14 @@ class PartitionOwner:
             )
             return
         self._queues.put(CommandWork(record, command.session_id, command))
+
+
+async def _close(producer: AIOKafkaProducer | None) -> None:
+    """Stop a producer within a bound; an open transaction it leaves is aborted by the next
+    InitProducerId of its transactional id."""
+    if producer is None:
+        return
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(_PRODUCER_CLOSE_S):
+            await producer.stop()
+    discard_leftovers(producer)

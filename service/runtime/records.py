@@ -24,8 +24,15 @@ from service.wire.events import (
     ToolFinishedEvent,
     ToolStartedEvent,
 )
-from service.wire.results import error_record
+from service.wire.results import ResultRecord, error_record
 from service.wire.results import result_record as wire_result
+
+RECORD_MAX_BYTES = 900_000
+"""The record limit Cairn works to by default (``runtime.state_record_max_bytes``): the largest
+command value it reads and the largest result, state or event it writes."""
+
+ERROR_MESSAGE_MAX_CHARS = 4096
+"""An error result's ``message`` is cut to this length, so the answer to a failure stays small."""
 
 EVENT_MODELS: dict[str, Any] = {
     "text_delta": TextDeltaEvent,
@@ -52,11 +59,14 @@ class ParsedCommand:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-def parse_command(record: InputRecord) -> ParsedCommand:
-    """Decode a commands-topic record; raises :class:`WireError` when it is not a command."""
+def parse_command(record: InputRecord, max_bytes: int = RECORD_MAX_BYTES) -> ParsedCommand:
+    """Decode a commands-topic record; raises :class:`WireError` when it is not a command.
+
+    A value larger than ``max_bytes`` is refused before a byte of it is parsed.
+    """
     if record.value is None:
         raise WireError("record has no value")
-    command = decode_command(record.value, key=record.key)
+    command = decode_command(record.value, key=record.key, max_bytes=max_bytes)
     limits = None
     if command.limits is not None:
         limits = Limits(
@@ -94,11 +104,16 @@ def result_record(
     result: AgentResult,
     metadata: dict[str, Any] | None,
     headers: list[tuple[str, bytes]] | None = None,
+    *,
+    max_bytes: int = RECORD_MAX_BYTES,
 ) -> OutRecord:
+    """The result record of ``result``; echoed metadata is dropped (and flagged) when it would
+    make the record larger than ``max_bytes``. The caller checks the size of what is left."""
     record = wire_result(result, session_id=session_id, command_id=command_id, metadata=metadata)
-    return OutRecord(
-        topic=topic, key=session_id.encode(), value=encode_result(record), headers=headers or []
-    )
+    value = encode_result(record)
+    if len(value) > max_bytes and metadata:
+        value = encode_result(_without_metadata(record))
+    return OutRecord(topic=topic, key=session_id.encode(), value=value, headers=headers or [])
 
 
 def failure_record(
@@ -109,7 +124,12 @@ def failure_record(
     message: str,
     metadata: dict[str, Any] | None,
     headers: list[tuple[str, bytes]] | None = None,
+    *,
+    max_bytes: int = RECORD_MAX_BYTES,
 ) -> OutRecord:
+    """An ``error`` result; it always fits ``max_bytes`` (metadata dropped and flagged if not)."""
+    if len(message) > ERROR_MESSAGE_MAX_CHARS:
+        message = message[: ERROR_MESSAGE_MAX_CHARS - 1] + "…"
     record = error_record(
         session_id=session_id,
         command_id=command_id,
@@ -117,9 +137,14 @@ def failure_record(
         message=message,
         metadata=metadata,
     )
-    return OutRecord(
-        topic=topic, key=session_id.encode(), value=encode_result(record), headers=headers or []
-    )
+    value = encode_result(record)
+    if len(value) > max_bytes and metadata:
+        value = encode_result(_without_metadata(record))
+    return OutRecord(topic=topic, key=session_id.encode(), value=value, headers=headers or [])
+
+
+def _without_metadata(record: ResultRecord) -> ResultRecord:
+    return record.model_copy(update={"metadata": {}, "metadata_truncated": True})
 
 
 def event_record(

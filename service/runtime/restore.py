@@ -29,14 +29,13 @@ class SessionsReader:
         self._kafka = kafka
         self._topic = topic
         self._consumer: AIOKafkaConsumer | None = None
+        self._uncommitted: AIOKafkaConsumer | None = None
         self._lock = asyncio.Lock()
 
     async def restore(self, partition: int) -> SessionStore:
         async with self._lock:
             if self._consumer is None:
-                consumer = reader(self._kafka, max_partition_fetch_bytes=8 * 1024 * 1024)
-                await consumer.start()
-                self._consumer = consumer
+                self._consumer = await _started(self._committed_reader())
             try:
                 return await _read_partition(self._consumer, self._topic, partition)
             except Exception:
@@ -45,11 +44,44 @@ class SessionsReader:
                 await consumer.stop()
                 raise
 
+    def _committed_reader(self) -> AIOKafkaConsumer:
+        return reader(self._kafka, max_partition_fetch_bytes=8 * 1024 * 1024)
+
+    async def stable_and_end(
+        self, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        """Each partition's last stable offset (where read_committed readers stop) and its high
+        watermark; they differ while a transaction is open on the partition."""
+        async with self._lock:
+            if self._consumer is None:
+                self._consumer = await _started(self._committed_reader())
+            if self._uncommitted is None:
+                self._uncommitted = await _started(
+                    reader(self._kafka, isolation_level="read_uncommitted")
+                )
+            try:
+                stable = await self._consumer.end_offsets(partitions)
+                end = await self._uncommitted.end_offsets(partitions)
+            except Exception:
+                await self._close_all()
+                raise
+        return {tp: (stable[tp], end[tp]) for tp in partitions}
+
     async def close(self) -> None:
         async with self._lock:
-            if self._consumer is not None:
-                await self._consumer.stop()
-                self._consumer = None
+            await self._close_all()
+
+    async def _close_all(self) -> None:
+        consumers = (self._consumer, self._uncommitted)
+        self._consumer = self._uncommitted = None
+        for consumer in consumers:
+            if consumer is not None:
+                await consumer.stop()
+
+
+async def _started(consumer: AIOKafkaConsumer) -> AIOKafkaConsumer:
+    await consumer.start()
+    return consumer
 
 
 async def _read_partition(consumer: AIOKafkaConsumer, topic: str, partition: int) -> SessionStore:

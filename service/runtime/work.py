@@ -6,6 +6,7 @@ offsets it finishes are committed in the same transaction or not at all.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,3 +76,9 @@ class Outcome:
     replay_unsafe: bool = False
     """Its input offsets must be committed with it: a redelivery would not be recognised (no
     session state records it), e.g. a dead letter or an answer to a session-less command."""
+    fallback: Callable[[BaseException], Outcome | None] | None = None
+    """Builds what is written instead when the broker refuses this outcome for good (a record
+    too large for its topic, say): typically a dead letter of the command and a small error
+    result. Without one, such an outcome is dropped (its input offsets still move on)."""
+    unwritten: BaseException | None = None
+    """Set by the committer when this outcome was refused and replaced (or dropped)."""

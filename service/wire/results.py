@@ -76,7 +76,11 @@ class ResultRecord(OutboundModel):
     error: ErrorBody | None
     """Set when ``stop_reason`` is ``error``: the command was rejected or failed."""
     metadata: JsonObject
-    """The command's ``metadata``, unchanged (``{}`` when it had none)."""
+    """The command's ``metadata``, unchanged (``{}`` when it had none, or when echoing it would
+    make the result larger than the record limit: then ``metadata_truncated`` is true)."""
+    metadata_truncated: bool = False
+    """True when the command's metadata was left out to keep the result within the record
+    limit; written only then."""
 
     @model_validator(mode="after")
     def _pause_fields_agree(self) -> ResultRecord:
