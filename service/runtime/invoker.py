@@ -9,6 +9,7 @@ a transaction.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
@@ -76,6 +77,8 @@ class _Run:
     stored: StoredSession
     events: list[OutRecord]
     text: list[str]
+    state_value: bytes | None = None
+    """The encoded form of ``stored.state`` once known (written again to carry a new seq)."""
 
 
 class Invoker:
@@ -157,6 +160,18 @@ class Invoker:
                 command.command_id,
             )
             self._fail(work, stored, "internal", f"{type(exc).__name__}: {exc}")
+        except asyncio.CancelledError:
+            # Only a cancel of this task (the owner stopping) may leave the command unanswered;
+            # a CancelledError leaked by a library's inner timeout is a failure like any other.
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            logger.exception(
+                "session_id=<%s>, command_id=<%s> | command failed with a stray cancel",
+                command.session_id,
+                command.command_id,
+            )
+            self._fail(work, stored, "internal", "CancelledError: not a cancel of the command")
 
     async def _run(
         self,
@@ -218,6 +233,8 @@ class Invoker:
                     return
                 else:
                     seq = self._event(run, command, seq, *describe_event(event))
+                    if isinstance(event, ToolStarted):
+                        self._publish_progress(run, seq)
         finally:
             await events.aclose()
 
@@ -260,6 +277,7 @@ class Invoker:
         stored = StoredSession(state=state, event_seq=seq)
         self._store.put(state.session_id, stored)
         run.stored = stored
+        run.state_value = value
         self._submit(outcome)
         return outcome
 
@@ -278,6 +296,26 @@ class Invoker:
             return outcome
 
         return build
+
+    def _publish_progress(self, run: _Run, seq: int) -> None:
+        """Commit the events so far now, not at the next boundary: a tool that runs for minutes
+        shows as started while it runs.
+
+        The session's last committed state is written again with them, unchanged but for its
+        event sequence number, so a new owner never reuses a ``seq`` these events took.
+        """
+        if not run.events:
+            return
+        stored = run.stored
+        if run.state_value is None:
+            run.state_value = encode_state(stored.state)
+        records, run.events = run.events, []
+        stored.event_seq = seq
+        self._submit(
+            Outcome(
+                records=records, state=StateWrite(stored.state.session_id, run.state_value, seq)
+            )
+        )
 
     def _flush_text(self, run: _Run, command: ParsedCommand, seq: int) -> int:
         if not run.text:

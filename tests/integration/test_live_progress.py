@@ -1,0 +1,67 @@
+"""Progress events on a real broker are live: a running tool shows as started while it runs.
+
+The ``patient`` agent's tool waits until it is cancelled, so the only way its ``tool_started``
+event can be read before the cancel is that it was committed when the batch started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from tests.support.runtime_harness import invoke, unique, wait_for
+from tests.support.stage import Stage, staged
+
+pytestmark = [
+    pytest.mark.kafka,
+    pytest.mark.timeout(120),
+    pytest.mark.asyncio(loop_scope="module"),
+]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def stage(
+    kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Stage]:
+    async with staged(
+        kafka_bootstrap,
+        Path(tmp_path_factory.mktemp("live")),
+        CAIRN_TEST_TOOL_SLEEP="90",
+    ) as ready:
+        yield ready
+
+
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["durable", "paused"])
+async def test_a_running_tool_shows_as_started(stage: Stage, checkpointing: bool) -> None:
+    session = unique("s")
+    command = invoke(session, "go", agent="patient", checkpointing=checkpointing)
+    await stage.client.send(command)
+    if checkpointing:
+        paused = await stage.result(command["command_id"])
+        assert paused["stop_reason"] == "checkpoint"
+        command = {
+            **invoke(session, {"checkpointResume": {"checkpoint": paused["checkpoint"]}}),
+            "agent": "patient",
+        }
+        await stage.client.send(command)
+    await stage.tool_running(session)
+    await wait_for(
+        lambda: bool(stage.events(session, "tool_started")),
+        30,
+        "tool_started while the tool runs",
+        alive=stage.service,
+    )
+    assert stage.tool_outcomes(session) == []
+    assert stage.client.results_for(command["command_id"]) == []
+
+    await stage.cancel(session)
+    assert (await stage.result(command["command_id"]))["stop_reason"] == "cancelled"
+    await stage.client.caught_up()
+    seqs = [e["seq"] for e in stage.client.events if e["session_id"] == session]
+    assert seqs == list(range(1, len(seqs) + 1))
+    [started] = stage.events(session, "tool_started")
+    [finished] = stage.events(session, "tool_finished")
+    assert started["seq"] < finished["seq"]
