@@ -1,0 +1,124 @@
+"""What a new owner does with open transactions on the partitions it writes (no broker)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from aiokafka import TopicPartition
+
+from service.observability.metrics import Metrics
+from service.runtime.transactions import (
+    PROBE_KEY,
+    HangingTransactionError,
+    resolve_open_transactions,
+)
+
+SESSIONS = TopicPartition("t.sessions", 3)
+RESULTS = TopicPartition("t.results", 3)
+
+
+class Offsets:
+    """Serves (stable, end) per partition: a gap closes after as many lookups as ``gaps`` says
+    (never when negative), and every gap closes at the fake producer's abort if
+    ``abort_closes``."""
+
+    def __init__(self, gaps: dict[TopicPartition, int | None], *, abort_closes: bool) -> None:
+        self.gaps = gaps
+        self.abort_closes = abort_closes
+        self.lookups = 0
+
+    async def stable_and_end(
+        self, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        self.lookups += 1
+        found = {}
+        for tp in partitions:
+            closes_after = self.gaps.get(tp)
+            gap = closes_after is not None and (closes_after < 0 or self.lookups <= closes_after)
+            found[tp] = (10, 12) if gap else (12, 12)
+        return found
+
+    def aborted(self) -> None:
+        if self.abort_closes:
+            self.gaps = {}
+
+
+class Producer:
+    def __init__(self, offsets: Offsets) -> None:
+        self.offsets = offsets
+        self.calls: list[tuple[Any, ...]] = []
+
+    async def begin_transaction(self) -> None:
+        self.calls.append(("begin",))
+
+    async def send(self, topic: str, *, key: bytes, value: None, partition: int) -> None:
+        self.calls.append(("send", topic, partition, key, value))
+
+    async def abort_transaction(self) -> None:
+        self.calls.append(("abort",))
+        self.offsets.aborted()
+
+
+def counted(metrics: Metrics, topic: str) -> float:
+    value = metrics.registry.get_sample_value(
+        "cairn_hanging_transactions_aborted_total", {"topic": topic}
+    )
+    return value or 0.0
+
+
+async def test_no_gap_writes_nothing() -> None:
+    offsets = Offsets({}, abort_closes=True)
+    producer: Any = Producer(offsets)
+    await resolve_open_transactions(producer, offsets, [SESSIONS, RESULTS], Metrics())
+    assert producer.calls == []
+    assert offsets.lookups == 1
+
+
+async def test_a_gap_that_closes_by_itself_is_waited_for() -> None:
+    offsets = Offsets({SESSIONS: 3}, abort_closes=True)
+    producer: Any = Producer(offsets)
+    await resolve_open_transactions(
+        producer,
+        offsets,
+        [SESSIONS, RESULTS],
+        Metrics(),
+        settle_s=5.0,
+    )
+    assert producer.calls == []
+
+
+async def test_a_hanging_transaction_is_aborted_on_its_partition_only() -> None:
+    offsets = Offsets({SESSIONS: -1}, abort_closes=True)
+    producer: Any = Producer(offsets)
+    metrics = Metrics()
+    await resolve_open_transactions(
+        producer,
+        offsets,
+        [SESSIONS, RESULTS],
+        metrics,
+        settle_s=0.1,
+    )
+    assert producer.calls == [
+        ("begin",),
+        ("send", SESSIONS.topic, SESSIONS.partition, PROBE_KEY, None),
+        ("abort",),
+    ]
+    assert counted(metrics, SESSIONS.topic) == 1
+    assert counted(metrics, RESULTS.topic) == 0
+
+
+async def test_a_gap_our_abort_cannot_end_stops_the_owner() -> None:
+    offsets = Offsets({RESULTS: -1}, abort_closes=False)
+    producer: Any = Producer(offsets)
+    metrics = Metrics()
+    with pytest.raises(HangingTransactionError, match=r"t\.results-3"):
+        await resolve_open_transactions(
+            producer,
+            offsets,
+            [SESSIONS, RESULTS],
+            metrics,
+            settle_s=0.1,
+        )
+    assert ("abort",) in producer.calls
+    assert counted(metrics, RESULTS.topic) == 0
