@@ -79,3 +79,10 @@ class LimitExceededError(EngineError):
 
 class ScriptExhaustedError(AssertionError):
     """The scripted model was asked for more replies than its script holds (a test bug)."""
+
+
+class UnstorableError(ValueError):
+    """A value the session state cannot hold (its codec cannot encode it); never leaves the engine.
+
+    The engine turns it into the tool's error result or reverts the write that made it.
+    """

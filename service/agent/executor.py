@@ -1,13 +1,18 @@
 """Run one tool batch, sequentially or concurrently, yielding tool started/finished events.
 
-Guarantees: a tool runs only if no before-hook interrupted or skipped it; a running tool is never
-killed (cancel is cooperative) and its real result is kept; results land in ``run.results`` by
-toolUseId, and interrupts raised in ``run.raised`` in toolUse order.
+Guarantees: a tool runs only if no before-hook interrupted or skipped it and no cancel was seen
+before the batch started; a running tool is never killed (cancel is cooperative) and its real
+result is kept; whatever a tool returns or raises (a stray ``CancelledError`` included) ends as a
+result the session can store, and agent state stays storable; results land in ``run.results``
+by toolUseId, interrupts raised in ``run.raised`` in toolUse order. Before-tools and after-tools
+hooks fire for every batch a cancel stops, the after-tools event carrying every result the batch
+will append, synthetic ones included.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -25,6 +30,7 @@ from service.agent.hooks import (
 from service.agent.interrupts import InterruptBook, InterruptSignal
 from service.agent.metrics import InvocationMetrics
 from service.agent.results import (
+    CANCELLED_TEXT,
     TOOL_CANCELLED_TEXT,
     error_result,
     error_text,
@@ -32,8 +38,11 @@ from service.agent.results import (
     tool_result,
     unknown_tool_text,
 )
+from service.agent.storable import StateGuard, checked_result, state_refused
 from service.agent.tools import Tool, ToolContext
 from service.agent.types import ContentBlock, Interrupt, Message
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -48,8 +57,12 @@ class BatchRun:
     invocation_state: dict[str, Any]
     agent_state: dict[str, Any]
     metrics: InvocationMetrics
+    state_guard: StateGuard
     raised: dict[str, Interrupt] = field(default_factory=dict)
     """Interrupts raised by this run, by toolUseId ("" for the before-tools hook)."""
+    stopped: bool = False
+    """A cancel stopped this batch (decided when its after-tools event is built): every
+    toolUse then has a result in ``results``, and no interrupt of it stays pending."""
 
 
 _SKIP = object()
@@ -70,8 +83,27 @@ async def _before_call(run: BatchRun, use: dict[str, Any], tool: Tool | None) ->
         return _SKIP
     if event.cancel_tool:
         text = event.cancel_tool if isinstance(event.cancel_tool, str) else TOOL_CANCELLED_TEXT
-        return error_result(use["toolUseId"], text)
+        return checked_result(use["toolUseId"], error_result(use["toolUseId"], text))
     return None
+
+
+def _cancelling() -> bool:
+    """True when the running task itself is being cancelled (not a tool's own CancelledError)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def _check_state(run: BatchRun, use: dict[str, Any]) -> str | None:
+    """Revert the unstorable agent-state writes of the tool that just ran; say why, if any."""
+    reason = run.state_guard.check()
+    if reason is not None:
+        logger.warning(
+            "session_id=<%s>, tool_use_id=<%s>, reason=<%s> | agent state write reverted",
+            run.session_id,
+            use["toolUseId"],
+            reason,
+        )
+    return reason
 
 
 async def _call(run: BatchRun, use: dict[str, Any], tool: Tool | None) -> ContentBlock | None:
@@ -79,7 +111,7 @@ async def _call(run: BatchRun, use: dict[str, Any], tool: Tool | None) -> Conten
     tool_use_id = use["toolUseId"]
     name = use.get("name", "")
     started = time.perf_counter()
-    exception: Exception | None = None
+    exception: BaseException | None = None
     if tool is None:
         block = error_result(tool_use_id, unknown_tool_text(name))
     else:
@@ -97,17 +129,30 @@ async def _call(run: BatchRun, use: dict[str, Any], tool: Tool | None) -> Conten
             value = await tool.invoke(use.get("input") or {}, context)
         except InterruptSignal as signal:
             run.raised[tool_use_id] = signal.interrupt
+            _check_state(run, use)
             return None
+        except asyncio.CancelledError as exc:
+            # Libraries leak CancelledError from their inner timeouts; only a cancellation of
+            # this task is one of the invocation, anything else is the tool failing.
+            if _cancelling():
+                raise
+            exception = exc
+            block = error_result(tool_use_id, error_text(exc))
         except Exception as exc:  # noqa: BLE001 - a failing tool becomes an error result
             exception = exc
             block = error_result(tool_use_id, error_text(exc))
         else:
             block = tool_result(tool_use_id, value)
+        block = checked_result(tool_use_id, block)
+        refused = _check_state(run, use)
+        if refused is not None:
+            block = state_refused(block, refused)
     hooks = run.agent.hook_registry
     if hooks.has(AfterToolCallEvent):
         event = AfterToolCallEvent(run.agent, run.session_id, use, tool, block, exception)
         await hooks.fire(event)
-        block = event.result
+        # A hook may replace or edit the result: the session must be able to store that too.
+        block = checked_result(tool_use_id, event.result)
     elapsed_ms = (time.perf_counter() - started) * 1000.0
     run.metrics.tool(name, elapsed_ms, error=result_status(block) == "error")
     return block
@@ -158,7 +203,12 @@ async def _concurrent(run: BatchRun, todo: list[dict[str, Any]]) -> AsyncIterato
 
 
 async def run_batch(run: BatchRun) -> AsyncIterator[Event]:
-    """Run the tools of ``run.uses`` that have no result yet; see the module guarantees."""
+    """Run the tools of ``run.uses`` that have no result yet; see the module guarantees.
+
+    Any cancel seen once the before-tools hooks ran keeps the batch from starting: an immediate
+    one, or a deferred one that came while no batch ran (during the model call), which thus
+    stops at this boundary instead of after a batch it never meant to let start.
+    """
     hooks = run.agent.hook_registry
     if hooks.has(BeforeToolsEvent):
         try:
@@ -167,8 +217,9 @@ async def run_batch(run: BatchRun) -> AsyncIterator[Event]:
             )
         except InterruptSignal as signal:
             run.raised[""] = signal.interrupt
-            return
-    todo = [use for use in run.uses if use["toolUseId"] not in run.results]
+    # No tool starts once the batch is interrupted or a cancel was seen.
+    stop_before = bool(run.raised) or run.cancel.is_set
+    todo = [] if stop_before else [u for u in run.uses if u["toolUseId"] not in run.results]
     if run.agent.executor == "concurrent" and len(todo) > 1:
         async for event in _concurrent(run, todo):
             yield event
@@ -194,6 +245,17 @@ async def run_batch(run: BatchRun) -> AsyncIterator[Event]:
                 break
             run.results[tool_use_id] = block
             yield ToolFinished(tool_use_id, name, result_status(block))
+    run.stopped = run.cancel.is_set
+    if run.stopped:
+        # Cancel beats interrupt and checkpoint: every toolUse gets its result now, so the
+        # after-tools event carries exactly the results message the loop appends.
+        for use in run.uses:
+            tool_use_id = use["toolUseId"]
+            if tool_use_id not in run.results:
+                run.results[tool_use_id] = error_result(tool_use_id, CANCELLED_TEXT)
+    elif "" in run.raised:
+        # As in the reference: a batch its before-tools hook interrupted never started.
+        return
     if hooks.has(AfterToolsEvent):
         ordered = [run.results[u["toolUseId"]] for u in run.uses if u["toolUseId"] in run.results]
         await hooks.fire(
@@ -203,7 +265,7 @@ async def run_batch(run: BatchRun) -> AsyncIterator[Event]:
                 run.message,
                 ordered,
                 interrupted=bool(run.raised),
-                cancelled=run.cancel.is_set,
+                cancelled=run.stopped,
             )
         )
 

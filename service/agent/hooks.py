@@ -30,7 +30,11 @@ class HookEvent:
 
 @dataclass(slots=True)
 class BeforeInvocationEvent(HookEvent):
-    """Fires after validation, before the input changes anything (also on every resume)."""
+    """Fires after validation, before the input changes anything (also on every resume).
+
+    Only the ``Tool was interrupted.`` results of a batch a new prompt abandons come first, as
+    in the reference, where they are part of turning the prompt into messages.
+    """
 
     input: Any
     invocation_state: dict[str, Any]
@@ -99,12 +103,15 @@ class BeforeToolCallEvent(HookEvent):
 
 @dataclass(slots=True)
 class AfterToolCallEvent(HookEvent):
-    """Fires after one tool ran; ``result`` may be replaced by the callback."""
+    """Fires after one tool ran; ``result`` may be replaced by the callback.
+
+    ``exception`` is what the tool raised, a stray ``asyncio.CancelledError`` included.
+    """
 
     tool_use: dict[str, Any]
     tool: Tool | None
     result: ContentBlock
-    exception: Exception | None = None
+    exception: BaseException | None = None
 
 
 E = TypeVar("E", bound=HookEvent)

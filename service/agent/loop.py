@@ -63,12 +63,14 @@ async def run_invocation(
     ws, hooks, cancel_signal, metrics = run.ws, run.hooks, run.cancel, run.metrics
     ws.agent = agent.name
     checkpointing, limits = p.checkpointing, p.limits
+    await run.abandon_pending()
     if hooks.has(BeforeInvocationEvent):
         await hooks.fire(
             BeforeInvocationEvent(
                 agent, ws.session_id, invocation.input, run.inv_state, ws.agent_state
             )
         )
+        run.check_state("before_invocation hook")
     await run.apply_input()
     step, cycle = p.start, p.cycle_index
     # Set once this invocation completed a batch: a cancel seen before the next model call is
@@ -188,17 +190,19 @@ async def run_invocation(
             run.inv_state,
             ws.agent_state,
             metrics,
+            run.state_guard,
         )
-        if not cancel_signal.immediate:
-            async for event in run_batch(batch):
-                yield event
-        if cancel_signal.is_set:
-            # Cancel beats interrupt and checkpoint: every toolUse gets a result now.
+        async for event in run_batch(batch):
+            yield event
+        if batch.stopped:
+            # Cancel beats interrupt and checkpoint; the batch gave every toolUse a result.
             await run.add(results_message(uses, pending.results, CANCELLED_TEXT))
             ws.pending = None
             yield await run.finish("cancelled", await run.cancel_after_model(message))
             return
         if batch.raised:
+            # Not stopped when its after-tools event was built, so the interrupt stands; a
+            # cancel arriving after that finds the session paused, which resolve_cancel handles.
             raised = raised_in_order(batch)
             new_ids = {i.id for i in raised}
             pending.interrupts = [i for i in batch.book.answered() if i.id not in new_ids] + raised
@@ -208,6 +212,11 @@ async def run_invocation(
             return
         await run.add(results_message(uses, pending.results, CANCELLED_TEXT))
         ws.pending = None
+        if cancel_signal.is_set:
+            # Came while the after-tools hooks ran, once the batch had all its results: the
+            # after_tools boundary observes it, and it beats the checkpoint there.
+            yield await run.finish("cancelled", await run.cancel_after_model(message))
+            return
         if checkpointing:
             ws.checkpoint = Checkpoint("after_tools", cycle)
             yield CheckpointReached(ws.checkpoint)

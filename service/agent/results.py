@@ -1,8 +1,9 @@
 """Map what a tool returned or raised to a toolResult block, as the reference does.
 
 A string becomes one text block, any other value one text block holding its JSON text (``str()``
-when it is not JSON), a dict with ``status`` and ``content`` is taken as the result as-is;
-exceptions become ``status: "error"`` results.
+when it is not JSON), a dict with ``status`` and ``content`` is taken as the result as-is once it
+has the toolResult shape; exceptions become ``status: "error"`` results. Nothing here raises on
+a foreign value or exception: one without a text form becomes an error result too.
 """
 
 from __future__ import annotations
@@ -20,40 +21,80 @@ ABANDONED_TEXT = "Tool was interrupted."
 TOOL_CANCELLED_TEXT = "tool cancelled by user"
 """A before-tool-call hook's ``cancel_tool = True`` (the reference's wording, lower case)."""
 VALIDATION_PREFIX = "Validation failed for input parameters: "
+RESULT_STATUSES = ("success", "error")
 
 
 def unknown_tool_text(name: str) -> str:
     return f"Unknown tool: {name}"
 
 
-def _as_text(value: Any) -> str:
+def unstorable_text(reason: str) -> str:
+    return f"Error: the tool's result could not be stored: {reason}"
+
+
+def _str(value: object) -> str | None:
+    """``str(value)``, or None when the value's own ``__str__`` fails."""
+    try:
+        return str(value)
+    except Exception:  # noqa: BLE001 - foreign code may fail any way; it then has no text
+        return None
+
+
+def _as_text(value: Any) -> str | None:
     """The reference's text form: JSON with non-ASCII kept, pydantic's JSON, else ``str()``."""
     if isinstance(value, BaseModel):
         try:
             return value.model_dump_json()
         except PydanticSerializationError:
-            return str(value)
+            return _str(value)
     try:
         return json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return str(value)
+    except Exception:  # noqa: BLE001 - any failure (a cycle, deep nesting) falls back to str()
+        return _str(value)
+
+
+def result_problem(result: dict[str, Any]) -> str | None:
+    """Why ``result`` does not have the toolResult shape of SEMANTICS.md §2; None when it does."""
+    status = result.get("status")
+    if status not in RESULT_STATUSES:
+        shown = str.__repr__(status) if isinstance(status, str) else type(status).__name__
+        return f"status must be 'success' or 'error', not {shown}"
+    content = result.get("content")
+    if not isinstance(content, list):
+        return f"content must be a list of blocks, not {type(content).__name__}"
+    for index, block in enumerate(content):
+        if not isinstance(block, dict) or len(block) != 1:
+            return f"content[{index}] must be an object with exactly one key"
+        if "text" in block and not isinstance(block["text"], str):
+            return f"content[{index}].text must be a string"
+    return None
 
 
 def tool_result(tool_use_id: str, value: Any) -> ContentBlock:
     if isinstance(value, dict) and "status" in value and "content" in value:
+        problem = result_problem(value)
+        if problem is not None:
+            return error_result(tool_use_id, unstorable_text(problem))
         result = dict(value)
         result["toolUseId"] = tool_use_id
         return {"toolResult": result}
     text = value if isinstance(value, str) else _as_text(value)
+    if text is None:
+        reason = f"a {type(value).__name__} value has no JSON or text form"
+        return error_result(tool_use_id, unstorable_text(reason))
     return {
         "toolResult": {"toolUseId": tool_use_id, "status": "success", "content": [{"text": text}]}
     }
 
 
 def error_text(exc: BaseException) -> str:
+    message = _str(exc)
+    if message is None:
+        # Its ``__str__`` failed: the type is all that can be told.
+        return f"Error: {type(exc).__name__}"
     if isinstance(exc, ValueError):
-        return f"Error: {exc}"
-    return f"Error: {type(exc).__name__} - {exc}"
+        return f"Error: {message}"
+    return f"Error: {type(exc).__name__} - {message}"
 
 
 def error_result(tool_use_id: str, text: str) -> ContentBlock:

@@ -1,7 +1,8 @@
 """The mutable context of one running invocation and the steps that edit its session state.
 
 Only the loop drives it; every history edit goes through :meth:`InvocationRun.add`, so the
-message-added hook sees each message once and roles never repeat.
+message-added hook sees each message once and roles never repeat; the agent state it returns is
+storable, in the form a restored session holds it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from service.agent.messages import append_message, results_message, tool_uses
 from service.agent.metrics import InvocationMetrics, add_to_turn, turn_cycles, turn_tokens
 from service.agent.results import ABANDONED_TEXT
 from service.agent.state import Inflight, SessionState
+from service.agent.storable import StateGuard
 from service.agent.types import (
     AgentResult,
     Checkpoint,
@@ -36,7 +38,17 @@ _PAUSES = ("checkpoint", "interrupt")
 class InvocationRun:
     """Mutable context of one invocation; ``ws`` is the working copy of the session state."""
 
-    __slots__ = ("agent", "cancel", "hooks", "inv_state", "invocation", "metrics", "plan", "ws")
+    __slots__ = (
+        "agent",
+        "cancel",
+        "hooks",
+        "inv_state",
+        "invocation",
+        "metrics",
+        "plan",
+        "state_guard",
+        "ws",
+    )
 
     def __init__(
         self,
@@ -56,6 +68,7 @@ class InvocationRun:
         self.inv_state = (
             invocation.invocation_state if invocation.invocation_state is not None else {}
         )
+        self.state_guard = StateGuard(ws.agent_state)
 
     async def add(self, message: Message) -> Message:
         added = append_message(self.ws.messages, message)
@@ -63,12 +76,36 @@ class InvocationRun:
             await self.hooks.fire(MessageAddedEvent(self.agent, self.ws.session_id, added))
         return added
 
+    async def abandon_pending(self) -> None:
+        """A new prompt abandons a pending batch: its toolUses get ``Tool was interrupted.``.
+
+        Runs before the before-invocation hook, as in the reference, where these results are
+        part of turning the prompt into messages, which precedes the invocation proper.
+        """
+        ws = self.ws
+        if self.plan.kind == "prompt" and ws.pending is not None:
+            uses = tool_uses(ws.pending.assistant_message)
+            await self.add(results_message(uses, ws.pending.results, ABANDONED_TEXT))
+            ws.pending = None
+
+    def check_state(self, writer: str) -> None:
+        """Revert what ``writer`` (a hook) put in agent state that the session cannot store.
+
+        A hook has no result to report the refusal in, so it is logged; the invocation goes on
+        with the state as it was before that write.
+        """
+        reason = self.state_guard.check()
+        if reason is not None:
+            logger.warning(
+                "session_id=<%s>, writer=<%s>, reason=<%s> | agent state write reverted",
+                self.ws.session_id,
+                writer,
+                reason,
+            )
+
     async def apply_input(self) -> None:
         p, ws = self.plan, self.ws
         if p.kind == "prompt":
-            if ws.pending is not None:
-                uses = tool_uses(ws.pending.assistant_message)
-                await self.add(results_message(uses, ws.pending.results, ABANDONED_TEXT))
             ws.pending = None
             ws.checkpoint = None
             ws.inflight = None
@@ -158,6 +195,9 @@ class InvocationRun:
         )
         if self.hooks.has(AfterInvocationEvent):
             await self.hooks.fire(AfterInvocationEvent(self.agent, ws.session_id, result))
+            self.check_state("after_invocation hook")
+        # Kept in stored form, so this process goes on with exactly what a restore would load.
+        ws.agent_state = result.state = self.state_guard.stored()
         logger.debug(
             "session_id=<%s>, command_id=<%s>, stop_reason=<%s> | invocation stopped",
             ws.session_id,

@@ -1,16 +1,21 @@
 """Per-session serial queues: one worker per busy session, different sessions concurrently.
 
 Guarantee: the commands of one session are handled one at a time, in the order they were put;
-after :meth:`SessionQueues.close` no queued command starts (running ones may finish).
+after :meth:`SessionQueues.close` no queued command starts (running ones may finish); a command
+whose handler ends in a ``CancelledError`` that is not a cancel of the worker does not stop the
+commands queued behind it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 
 from service.runtime.work import CommandWork
+
+logger = logging.getLogger(__name__)
 
 Handler = Callable[[CommandWork], Awaitable[None]]
 
@@ -52,7 +57,20 @@ class SessionQueues:
         queue = self._queues[session_id]
         try:
             while queue and not self._closed:
-                await self._handler(queue.popleft())
+                work = queue.popleft()
+                try:
+                    await self._handler(work)
+                except asyncio.CancelledError:
+                    # A library's leaked CancelledError must not end this worker and with it
+                    # the session's queue; only a cancel of the worker itself does.
+                    task = asyncio.current_task()
+                    if task is not None and task.cancelling():
+                        raise
+                    logger.exception(
+                        "session_id=<%s>, offset=<%d> | handler ended in a stray cancel",
+                        session_id,
+                        work.record.origin.offset,
+                    )
         finally:
             del self._queues[session_id]
             self._running -= 1

@@ -312,3 +312,30 @@ async def test_tool_finished_reports_cancelled_tools_only_when_they_ran() -> Non
     agent = make_agent(script, checkpointing=False, tools=ALL)
     out = await invoke(agent, new_state(), "go", cancel=signal())
     assert [(e.tool_use_id, e.status) for e in out.of(ToolFinished)] == [("a", "success")]
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+async def test_deferred_cancel_during_the_model_stream_starts_no_batch(checkpointing: bool) -> None:
+    script = [[call("record", "a", label="a"), call("record", "b", label="b")], "never"]
+    agent = make_agent(script, checkpointing=checkpointing, tools=ALL)
+    cancel = signal()
+    original = agent.model.stream
+
+    async def stream_with_cancel(request: Any) -> Any:
+        async for chunk in original(request):
+            # Arrives while the reply streams: a deferred cancel does not cut the stream.
+            cancel.cancel(after_current_tools=True)
+            yield chunk
+
+    agent.model.stream = stream_with_cancel  # type: ignore[method-assign]
+    out = await invoke(agent, new_state(), "go", cancel=cancel)
+    assert out.stop == "cancelled" and out.result.checkpoint is None
+    assert RAN == [], "no new batch starts"
+    reply = out.state.messages[1]
+    assert [b["toolUse"]["toolUseId"] for b in reply["content"]] == ["a", "b"]
+    assert out.result.message == reply, "the model's reply is kept"
+    assert [r["content"] for r in results_of(out.state.messages[2])] == [CANCELLED, CANCELLED]
+    assert len(out.state.messages) == 3
+    assert out.state.checkpoint is None and out.state.pending is None
+    assert model_of(agent).calls == 1
+    check_history(out.state)

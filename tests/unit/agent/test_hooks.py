@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
-from engine_helpers import call, invoke, make_agent, resume
+from typing import Any
 
+import pytest
+from engine_helpers import call, echo, invoke, make_agent, resume
+
+from service.agent.cancel import CancelSignal
 from service.agent.errors import CheckpointStaleError
 from service.agent.hooks import (
     AfterInvocationEvent,
@@ -21,6 +24,7 @@ from service.agent.hooks import (
     MessageAddedEvent,
 )
 from service.agent.state import SessionState
+from service.agent.tools import tool
 
 ALL_EVENTS: list[type[HookEvent]] = [
     BeforeInvocationEvent,
@@ -156,3 +160,81 @@ async def test_model_hooks_see_request_and_reply() -> None:
     agent = make_agent(["done"], checkpointing=False, hooks=[Model()])
     await invoke(agent, new_state(), "go")
     assert seen == [1, "end_turn"]
+
+
+class Batches(HookProvider):
+    """Records the before-tools and after-tools events (with the results) of every batch."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, list[tuple[str, str]]]] = []
+
+    def register_hooks(self, registry: HookRegistry) -> None:
+        registry.add_callback(BeforeToolsEvent, lambda e: self.seen.append(("before", [])))
+        registry.add_callback(AfterToolsEvent, self.after)
+
+    def after(self, event: AfterToolsEvent) -> None:
+        results = [
+            (b["toolResult"]["toolUseId"], b["toolResult"]["content"][0]["text"])
+            for b in event.results
+        ]
+        self.seen.append(("after", results))
+
+
+CANCEL: dict[str, CancelSignal] = {}
+
+
+@tool(inline=True)
+def stops(text: str) -> str:
+    """Cancel the running invocation at once, then finish normally."""
+    CANCEL["current"].cancel()
+    return text
+
+
+async def test_a_cancel_before_the_batch_still_fires_the_batch_hooks() -> None:
+    batches = Batches()
+    script = [[call("echo", "a", text="x"), call("echo", "b", text="y")], "never"]
+    agent = make_agent(script, hooks=[batches])
+    cancel = CancelSignal()
+    original = agent.model.stream
+
+    async def stream_then_cancel(request: Any) -> Any:
+        async for chunk in original(request):
+            yield chunk
+        cancel.cancel()
+
+    agent.model.stream = stream_then_cancel  # type: ignore[method-assign]
+    out = await invoke(agent, new_state(), "go", cancel=cancel)
+    assert out.stop == "cancelled"
+    cancelled = "Tool execution cancelled"
+    assert batches.seen == [("before", []), ("after", [("a", cancelled), ("b", cancelled)])]
+    assert [r["toolResult"] for r in out.state.messages[2]["content"]] == [
+        {"toolUseId": "a", "status": "error", "content": [{"text": cancelled}]},
+        {"toolUseId": "b", "status": "error", "content": [{"text": cancelled}]},
+    ]
+
+
+async def test_a_cancel_midway_puts_the_synthetic_results_in_the_after_tools_event() -> None:
+    batches = Batches()
+    script = [[call("stops", "a", text="x"), call("echo", "b", text="y")], "never"]
+    agent = make_agent(script, checkpointing=False, hooks=[batches], tools=[stops, echo])
+    CANCEL["current"] = CancelSignal()
+    out = await invoke(agent, new_state(), "go", cancel=CANCEL["current"])
+    assert out.stop == "cancelled"
+    assert batches.seen == [
+        ("before", []),
+        ("after", [("a", "x"), ("b", "Tool execution cancelled")]),
+    ]
+
+
+async def test_results_of_an_abandoned_batch_are_added_before_the_invocation_starts() -> None:
+    recorder = Recorder()
+    agent = make_agent([call("echo", "e", text="a"), "done"], hooks=[recorder])
+    paused = await invoke(agent, new_state(), "go")
+    assert paused.state.pending is not None
+    recorder.seen.clear()
+    out = await invoke(agent, paused.state, "something else")
+    # The synthetic results, then the prompt joined to that same user message.
+    assert recorder.seen[:3] == ["MessageAdded:user", "BeforeInvocation", "MessageAdded:user"]
+    assert out.state.messages[2]["content"][0]["toolResult"]["content"] == [
+        {"text": "Tool was interrupted."}
+    ]

@@ -232,10 +232,15 @@ def raises(kind: str) -> str:
             "status",
             {"toolResult": {"status": "success", "content": [{"text": "raw"}], "toolUseId": "t"}},
         ),
-        # A dict with status and content is taken as-is, even an odd status; toolUseId last.
+        # A dict with status and content is taken as-is (toolUseId last) once it has the
+        # toolResult shape; an odd status makes it the tool's error result instead.
         (
             "weird",
-            {"toolResult": {"status": "weird", "content": [{"json": {"a": 1}}], "toolUseId": "t"}},
+            err(
+                "t",
+                "Error: the tool's result could not be stored: "
+                "status must be 'success' or 'error', not 'weird'",
+            ),
         ),
     ],
 )
@@ -513,7 +518,7 @@ async def test_deferred_cancel_during_the_stream() -> None:
     agent.model = cancelling_model(["hello"], deferred=True)
     out = await invoke(agent, new_state(), "go", cancel=CancelSignal())
     assert (out.stop, out.result.message) == ("end_turn", assistant({"text": "hello"}))
-    # With tools: they run to completion, then the invocation stops without extra text.
+    # With tools: no batch was running, so none starts; the reply is kept, its tools cancelled.
     agent = make_agent(["unused"], checkpointing=False, tools=BASE)
     agent.model = cancelling_model([call("echo", "e1", text="a"), "never"], deferred=True)
     out = await invoke(agent, new_state(), "go", cancel=CancelSignal())
@@ -524,7 +529,11 @@ async def test_deferred_cancel_during_the_stream() -> None:
         "checkpoint": None,
         "interrupts": None,
     }
-    assert out.state.messages == [user({"text": "go"}), ECHO_MSG, user(ok("e1", "a"))]
+    assert out.state.messages == [
+        user({"text": "go"}),
+        ECHO_MSG,
+        user(err("e1", "Tool execution cancelled")),
+    ]
 
 
 @tool(inline=True)
@@ -571,11 +580,12 @@ async def test_cancel_at_a_resume_from_after_model() -> None:
     out = await invoke(agent, paused.state, resume(paused), cancel=immediate)
     assert (out.stop, out.result.message) == ("cancelled", ECHO_MSG)
     assert out.state.messages[2:] == [user(err("e1", "Tool execution cancelled"))]
+    # A deferred cancel seen while no batch runs stops before the pending one starts as well.
     deferred = CancelSignal()
     deferred.cancel(after_current_tools=True)
     out = await invoke(agent, paused.state, resume(paused), cancel=deferred)
     assert (out.stop, out.result.message) == ("cancelled", ECHO_MSG)
-    assert out.state.messages[2:] == [user(ok("e1", "a"))]
+    assert out.state.messages[2:] == [user(err("e1", "Tool execution cancelled"))]
 
 
 # --- limits -----------------------------------------------------------------------------------

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from service.runtime.session_queue import SessionQueues
 from service.runtime.work import CommandWork, InputRecord, Origin
 
@@ -59,3 +61,44 @@ async def test_close_starts_nothing_new() -> None:
         release.set()
         await asyncio.wait_for(queues.wait_idle(), 5)
     assert started == [0]
+
+
+async def test_a_stray_cancelled_error_does_not_drop_the_next_command() -> None:
+    handled: list[int] = []
+
+    async def handle(work: CommandWork) -> None:
+        handled.append(work.record.origin.offset)
+        if work.record.origin.offset == 0:
+            raise asyncio.CancelledError  # leaked by a library, not a cancel of this worker
+
+    async with asyncio.TaskGroup() as tasks:
+        queues = SessionQueues(tasks, handle)
+        queues.put(_work("a", 0))
+        queues.put(_work("a", 1))
+        await asyncio.wait_for(queues.wait_idle(), 5)
+    assert handled == [0, 1]
+    assert queues.sessions == 0
+
+
+async def test_a_cancel_of_the_worker_still_stops_the_queue() -> None:
+    started: list[int] = []
+    running = asyncio.Event()
+
+    async def handle(work: CommandWork) -> None:
+        started.append(work.record.origin.offset)
+        running.set()
+        await asyncio.Event().wait()
+
+    class Stop(Exception):
+        pass
+
+    with pytest.raises(ExceptionGroup) as caught:
+        async with asyncio.TaskGroup() as tasks:
+            queues = SessionQueues(tasks, handle)
+            queues.put(_work("a", 0))
+            queues.put(_work("a", 1))
+            await asyncio.wait_for(running.wait(), 5)
+            raise Stop  # the group cancels its workers
+    assert caught.group_contains(Stop)
+    assert started == [0], "the worker was cancelled: nothing queued behind it starts"
+    assert queues.sessions == 0

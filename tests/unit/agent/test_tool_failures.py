@@ -1,0 +1,129 @@
+"""Tool failures that are not plain exceptions: a stray CancelledError, an unprintable exception.
+
+Each must end as the tool's error result with the invocation going on; a real cancellation of
+the task running the invocation must still propagate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from engine_helpers import call, check_history, echo, invoke, make_agent, results_of, roundtrip
+
+from service.agent.hooks import AfterToolCallEvent, HookProvider, HookRegistry
+from service.agent.state import SessionState
+from service.agent.tools import tool
+
+STARTED: dict[str, asyncio.Event] = {}
+"""Set by ``waits_forever`` once it runs; made anew by each test (events bind to one loop)."""
+
+
+class UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text for this one")
+
+
+class Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no text for this one")
+
+
+@tool
+async def inner_timeout() -> str:
+    """Fail as a library does when one of its inner timeouts leaks a CancelledError."""
+    raise asyncio.CancelledError
+
+
+@tool
+def inner_timeout_in_thread() -> str:
+    """The same from a worker thread."""
+    raise asyncio.CancelledError
+
+
+@tool(inline=True)
+def unprintable_error() -> str:
+    """Raise an exception that cannot be turned into text."""
+    raise UnprintableError
+
+
+@tool(inline=True)
+def unprintable_value() -> Any:
+    """Return a value that is neither JSON nor printable."""
+    return Unprintable()
+
+
+@tool
+async def waits_forever() -> str:
+    """Block until the task running the invocation is cancelled."""
+    STARTED["event"].set()
+    await asyncio.Event().wait()
+    return "never"
+
+
+TOOLS = [echo, inner_timeout, inner_timeout_in_thread, unprintable_error, unprintable_value]
+
+
+def new_state() -> SessionState:
+    return SessionState(session_id="s-failures")
+
+
+@pytest.mark.parametrize("executor", ["sequential", "concurrent"])
+@pytest.mark.parametrize("name", ["inner_timeout", "inner_timeout_in_thread"])
+async def test_a_stray_cancelled_error_is_the_tools_error_result(executor: str, name: str) -> None:
+    script = [[call(name, "a"), call("echo", "b", text="next")], "done"]
+    agent = make_agent(script, checkpointing=False, tools=TOOLS, executor=executor)
+    out = await invoke(agent, new_state(), "go")
+    assert out.stop == "end_turn"
+    first, second = results_of(out.state.messages[2])
+    assert first["status"] == "error"
+    assert first["content"][0]["text"].startswith("Error: CancelledError")
+    assert second == {"toolUseId": "b", "status": "success", "content": [{"text": "next"}]}
+    check_history(out.state)
+    roundtrip(out.state)
+
+
+async def test_after_tool_call_hooks_see_the_stray_cancelled_error() -> None:
+    seen: list[BaseException | None] = []
+
+    class Watch(HookProvider):
+        def register_hooks(self, registry: HookRegistry) -> None:
+            registry.add_callback(AfterToolCallEvent, lambda e: seen.append(e.exception))
+
+    agent = make_agent(
+        [call("inner_timeout", "a"), "done"], checkpointing=False, tools=TOOLS, hooks=[Watch()]
+    )
+    out = await invoke(agent, new_state(), "go")
+    assert out.stop == "end_turn"
+    assert len(seen) == 1 and isinstance(seen[0], asyncio.CancelledError)
+
+
+@pytest.mark.parametrize("executor", ["sequential", "concurrent"])
+async def test_a_real_cancellation_of_the_task_still_propagates(executor: str) -> None:
+    STARTED["event"] = asyncio.Event()
+    script = [[call("waits_forever", "a"), call("waits_forever", "b")], "never"]
+    agent = make_agent(script, checkpointing=False, tools=[waits_forever], executor=executor)
+    task = asyncio.create_task(invoke(agent, new_state(), "go"))
+    await asyncio.wait_for(STARTED["event"].wait(), 5)
+    task.cancel()
+    # Waited on without cancelling it again: a task that swallowed the cancel fails here.
+    await asyncio.wait({task}, timeout=5)
+    assert task.cancelled()
+
+
+async def test_an_exception_without_text_is_an_error_result_named_by_its_type() -> None:
+    script = [[call("unprintable_error", "a"), call("unprintable_value", "b")], "done"]
+    agent = make_agent(script, checkpointing=False, tools=TOOLS)
+    out = await invoke(agent, new_state(), "go")
+    assert out.stop == "end_turn"
+    first, second = results_of(out.state.messages[2])
+    assert first == {
+        "toolUseId": "a",
+        "status": "error",
+        "content": [{"text": "Error: UnprintableError"}],
+    }
+    assert second["status"] == "error"
+    assert "Unprintable" in second["content"][0]["text"]
+    check_history(out.state)
+    roundtrip(out.state)
