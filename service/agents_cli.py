@@ -1,7 +1,8 @@
 """The ``cairn agents list`` command: show and validate the agents a deployment hosts.
 
 Guarantee: exit status 0 only when every agent loads (providers built, tools imported, options
-valid); any problem is printed as one clear line and exits 1. API keys are never printed.
+valid); otherwise every problem of every agent is printed, one clear line each, and it exits 1.
+API keys are never printed.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def list_agents(source: str, env: Mapping[str, str], *, as_json: bool) -> tuple[
     try:
         agents = load_agents(source, env)
     except AgentConfigError as exc:
-        return 1, f"cairn agents list: {exc}"
+        return 1, "\n".join(f"cairn agents list: {problem}" for problem in exc.problems)
     rows = describe_agents(agents)
     if as_json:
         return 0, orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode()

@@ -1,8 +1,8 @@
 """Loads a deployment's agents from an import path (``pkg.mod:attr``) or a TOML/YAML file.
 
 Guarantee: either every agent is built (providers constructed, tools imported, options
-validated) or :class:`AgentConfigError` says what is wrong; secrets come only from ``env`` and
-are neither logged nor returned by :func:`describe_agents`.
+validated) or :class:`AgentConfigError` lists every problem of every agent at once; secrets come
+only from ``env`` and are neither logged nor returned by :func:`describe_agents`.
 """
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ from pydantic import ValidationError
 
 from service.agent.definition import AgentDefinition
 from service.agent.hooks import HookProvider
+from service.agent.provider import ModelProvider
 from service.agent.registry import load_agent_registry
 from service.agent.tools import Tool
 from service.agent.types import Limits
-from service.agent_config.errors import AgentConfigError, describe_validation
+from service.agent_config.errors import AgentConfigError, validation_problems
 from service.agent_config.imports import resolve_hook, resolve_tools
 from service.agent_config.provider_factory import build_provider
-from service.agent_config.schema import AgentSpec, DeploymentSpec
+from service.agent_config.schema import AgentSpec, DeploymentSpec, duplicate_names
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +61,8 @@ def _load_registry(path: str) -> dict[str, AgentDefinition]:
         raise AgentConfigError(f"agent registry {path!r}: {type(exc).__name__}: {exc}") from exc
 
 
-def read_spec(path: Path) -> DeploymentSpec:
+def read_document(path: Path) -> dict[str, Any]:
+    """The file parsed (TOML or YAML), not yet validated; a file that cannot be read stops here."""
     try:
         raw = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -74,10 +76,7 @@ def read_spec(path: Path) -> DeploymentSpec:
         raise AgentConfigError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise AgentConfigError(f"{path}: the top level must be a table with an 'agents' list")
-    try:
-        return DeploymentSpec.model_validate(data)
-    except ValidationError as exc:
-        raise AgentConfigError(f"{path}: {describe_validation(exc)}") from None
+    return data
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:
@@ -88,28 +87,68 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return type(exc).__name__
 
 
+def agent_specs(path: Path, data: dict[str, Any]) -> tuple[list[AgentSpec], list[str]]:
+    """The file's valid agents (first of each name), and the schema problems of all the rest."""
+    try:
+        return DeploymentSpec.model_validate(data).agents, []
+    except ValidationError as exc:
+        problems = [f"{path}: {problem}" for problem in validation_problems(exc)]
+    # The valid agents are still built, so that their own problems are reported in this run too.
+    items = data.get("agents")
+    items = items if isinstance(items, list) else []
+    specs: list[AgentSpec] = []
+    for item in items:
+        try:
+            specs.append(AgentSpec.model_validate(item))
+        except ValidationError:
+            continue  # reported above, with its position in the list
+    if len(specs) < len(items):
+        # The file's own name check runs only when every agent is valid: make up for it.
+        names = [item.get("name") for item in items if isinstance(item, dict)]
+        twice = duplicate_names(name for name in names if isinstance(name, str))
+        problems.extend(f"{path}: agents: {problem}" for problem in twice)
+    unique: dict[str, AgentSpec] = {}
+    for spec in specs:
+        unique.setdefault(spec.name, spec)
+    return list(unique.values()), problems
+
+
 def load_agents_file(path: Path, env: Mapping[str, str]) -> dict[str, AgentDefinition]:
-    spec = read_spec(path)
-    return {
-        agent.name: build_agent(agent, env, f"{path}: agent {agent.name!r}")
-        for agent in spec.agents
-    }
+    """Every agent of the file, or one error listing every problem of every agent."""
+    specs, problems = agent_specs(path, read_document(path))
+    agents: dict[str, AgentDefinition] = {}
+    for spec in specs:
+        try:
+            agents[spec.name] = build_agent(spec, env, f"{path}: agent {spec.name!r}")
+        except AgentConfigError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise AgentConfigError(*problems)
+    return agents
 
 
 def build_agent(spec: AgentSpec, env: Mapping[str, str], where: str) -> AgentDefinition:
-    model = build_provider(spec.provider, spec.model, env, where)
+    """The agent, or one error with every problem of it: provider, each tool, each hook."""
+    problems: list[str] = []
+    model: ModelProvider | None = None
+    try:
+        model = build_provider(spec.provider, spec.model, env, where)
+    except AgentConfigError as exc:
+        problems.extend(exc.problems)
     tools: list[Tool] = []
     for path in spec.tools:
         try:
             tools.extend(resolve_tools(path))
         except AgentConfigError as exc:
-            raise AgentConfigError(f"{where}: {exc}") from exc.__cause__
+            problems.extend(f"{where}: {problem}" for problem in exc.problems)
     hooks: list[HookProvider] = []
     for path in spec.hooks:
         try:
             hooks.append(resolve_hook(path))
         except AgentConfigError as exc:
-            raise AgentConfigError(f"{where}: {exc}") from exc.__cause__
+            problems.extend(f"{where}: {problem}" for problem in exc.problems)
+    if problems or model is None:
+        raise AgentConfigError(*problems)
     try:
         return AgentDefinition(
             name=spec.name,

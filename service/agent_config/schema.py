@@ -6,6 +6,7 @@ are named by environment variable (``api_key_env``), never written in the file.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -68,16 +69,27 @@ class AgentSpec(BaseModel):
         return paths
 
 
+def duplicate_names(names: Iterable[str]) -> list[str]:
+    """One problem per name used more than once, in order of first repetition."""
+    seen: set[str] = set()
+    twice: list[str] = []
+    for name in names:
+        if name in seen and name not in twice:
+            twice.append(name)
+        seen.add(name)
+    return [f"agent name {name!r} is used twice" for name in twice]
+
+
 class DeploymentSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     agents: list[AgentSpec] = Field(min_length=1)
 
-    @model_validator(mode="after")
-    def _unique_names(self) -> DeploymentSpec:
-        seen: set[str] = set()
-        for agent in self.agents:
-            if agent.name in seen:
-                raise ValueError(f"agent name {agent.name!r} is used twice")
-            seen.add(agent.name)
-        return self
+    @field_validator("agents")
+    @classmethod
+    def _unique_names(cls, agents: list[AgentSpec]) -> list[AgentSpec]:
+        # A field check runs whenever every agent is valid, even beside other top-level errors.
+        problems = duplicate_names(agent.name for agent in agents)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return agents

@@ -13,6 +13,7 @@ from typing import Any
 
 from service.client import commands, render
 from service.client.kafka_io import ClientError, Reader, Seen, publish
+from service.client.pause import Pause
 from service.settings import Settings
 from service.wire.commands import CancelCommand, InvokeCommand, ResumeCommand
 
@@ -24,6 +25,8 @@ class WaitOptions:
     wait: bool = False
     timeout_s: float = 120.0
     show_events: bool = True
+    connection: tuple[str, ...] = ()
+    """The connection options given on the command line, repeated in ``next:`` hints."""
 
 
 def _is_result(seen: Seen) -> bool:
@@ -61,7 +64,9 @@ async def _send_and_follow(
         write(render.published_line(command.type, body, partition, offset))
         try:
             async with asyncio.timeout(options.timeout_s):
-                return await _follow(follower, command.command_id, answers_command, write)
+                return await _follow(
+                    follower, command.command_id, answers_command, write, options.connection
+                )
         except TimeoutError:
             awaited = f"command {answers_command}" if answers_command else "the session"
             raise ClientError(
@@ -71,7 +76,11 @@ async def _send_and_follow(
 
 
 async def _follow(
-    follower: Reader, command_id: str, answers_command: str | None, write: Write
+    follower: Reader,
+    command_id: str,
+    answers_command: str | None,
+    write: Write,
+    connection: Sequence[str] = (),
 ) -> int:
     """Print the command's events until the awaited result, then the result; returns the status.
 
@@ -96,7 +105,7 @@ async def _follow(
                 continue
             if answers_command is None or seen.body.get("command_id") == answers_command:
                 show_events(await follower.scan())
-                for line in render.result_lines(seen.body):
+                for line in render.result_lines(seen.body, connection):
                     write(line)
                 return _exit_code(seen.body)
 
@@ -129,27 +138,6 @@ async def last_results(settings: Settings, session_id: str, limit: int) -> list[
     return found[-limit:] if limit > 0 else []
 
 
-def _resume_from_last(
-    session_id: str, last: dict[str, Any] | None, command_id: str | None
-) -> ResumeCommand:
-    if last is None:
-        raise ClientError(f"session {session_id!r} has no result yet: nothing to resume")
-    reason = last.get("stop_reason")
-    if reason == "checkpoint" and last.get("checkpoint"):
-        return commands.resume_from_checkpoint(
-            session_id, last["checkpoint"], command_id=command_id
-        )
-    if reason == "interrupt":
-        ids = [str(i.get("id")) for i in last.get("interrupts") or []]
-        raise ClientError(
-            f"session {session_id!r} waits for answers to interrupts {ids}: use --answer ID=JSON"
-        )
-    raise ClientError(
-        f"session {session_id!r} is not paused at a checkpoint "
-        f"(its last result, command {last.get('command_id')}, stopped with {reason!r})"
-    )
-
-
 async def resume(
     settings: Settings,
     *,
@@ -167,18 +155,8 @@ async def resume(
         checkpoint = commands.parse_json_arg(checkpoint_json, "--checkpoint")
         command = commands.resume_from_checkpoint(session_id, checkpoint, command_id=command_id)
     else:
-        found = await last_results(settings, session_id, 1)
-        last = found[-1] if found else None
-        if answers:
-            pending = [
-                str(i.get("id"))
-                for i in ((last or {}).get("interrupts") or [])
-                if (last or {}).get("stop_reason") == "interrupt"
-            ]
-            parsed = commands.parse_answers(answers, pending)
-            command = commands.resume_with_answers(session_id, parsed, command_id=command_id)
-        else:
-            command = _resume_from_last(session_id, last, command_id)
+        pause = Pause.of(session_id, await session_state(settings, session_id))
+        command = pause.answer(answers, command_id) if answers else pause.resume(command_id)
     return await _send_and_follow(
         settings, command, options, write, answers_command=command.command_id
     )
@@ -213,6 +191,7 @@ async def watch(
     session_id: str | None,
     from_beginning: bool,
     show_events: bool = True,
+    connection: Sequence[str] = (),
     write: Write = print,
     stop: asyncio.Event | None = None,
 ) -> int:
@@ -227,17 +206,19 @@ async def watch(
         write(f"watching {scope} on {', '.join(topics)} (Ctrl-C to stop)")
         while stop is None or not stop.is_set():
             for seen in await tail.poll():
-                write_seen(seen, write, prefix_session=session_id is None)
+                write_seen(seen, write, prefix_session=session_id is None, connection=connection)
     return 0
 
 
-def write_seen(seen: Seen, write: Write, *, prefix_session: bool) -> None:
+def write_seen(
+    seen: Seen, write: Write, *, prefix_session: bool, connection: Sequence[str] = ()
+) -> None:
     prefix = f"[{seen.key}] " if prefix_session else ""
     if seen.body is None:
         write(f"{prefix}(undecodable record at {seen.topic}/{seen.partition}@{seen.offset})")
         return
     if _is_result(seen):
-        for line in render.result_lines(seen.body):
+        for line in render.result_lines(seen.body, connection):
             write(prefix + line)
         return
     event = render.event_line(seen.body)
@@ -260,7 +241,12 @@ async def session_state(settings: Settings, session_id: str) -> dict[str, Any] |
 
 
 async def show_session(
-    settings: Settings, *, session_id: str, results: int, write: Write = print
+    settings: Settings,
+    *,
+    session_id: str,
+    results: int,
+    connection: Sequence[str] = (),
+    write: Write = print,
 ) -> int:
     state = await session_state(settings, session_id)
     for line in render.state_lines(state):
@@ -268,6 +254,6 @@ async def show_session(
     found = await last_results(settings, session_id, results)
     write(f"last {len(found)} result(s):" if found else "no results yet")
     for result in found:
-        for line in render.result_lines(result):
+        for line in render.result_lines(result, connection):
             write("  " + line)
     return 0

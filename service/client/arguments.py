@@ -27,9 +27,18 @@ Subparsers = Any
 CLIENT_COMMANDS = ("invoke", "resume", "cancel", "watch", "session")
 
 
+def _connection(args: argparse.Namespace) -> tuple[str, ...]:
+    """The connection options as given, so the ``next:`` hints reach the same cluster."""
+    servers = getattr(args, "bootstrap_servers", None)
+    return ("--bootstrap-servers", servers) if servers else ()
+
+
 def _wait_options(args: argparse.Namespace) -> actions.WaitOptions:
     return actions.WaitOptions(
-        wait=args.wait, timeout_s=args.timeout, show_events=not args.no_events
+        wait=args.wait,
+        timeout_s=args.timeout,
+        show_events=not args.no_events,
+        connection=_connection(args),
     )
 
 
@@ -89,11 +98,14 @@ async def _watch(args: argparse.Namespace, settings: Settings) -> int:
         session_id=args.session,
         from_beginning=args.from_beginning,
         show_events=not args.no_events,
+        connection=_connection(args),
     )
 
 
 async def _session_show(args: argparse.Namespace, settings: Settings) -> int:
-    return await actions.show_session(settings, session_id=args.session, results=args.results)
+    return await actions.show_session(
+        settings, session_id=args.session, results=args.results, connection=_connection(args)
+    )
 
 
 def register_client_commands(subparsers: Subparsers) -> None:
@@ -111,7 +123,7 @@ def register_client_commands(subparsers: Subparsers) -> None:
     p = subparsers.add_parser("resume", help="continue a paused session")
     p.add_argument("--session", required=True)
     p.add_argument(
-        "--checkpoint", help="checkpoint JSON (default: the one in the session's last result)"
+        "--checkpoint", help="checkpoint JSON (default: the one the session is paused at)"
     )
     p.add_argument(
         "--answer",

@@ -119,24 +119,18 @@ def parse_json_arg(raw: str, what: str) -> Any:
 
 
 def parse_answers(raw_answers: Sequence[str], pending_ids: Sequence[str]) -> dict[str, Any]:
-    """``ID=JSON`` pairs; a bare ``JSON`` answers the only pending interrupt.
+    """``ID=JSON`` pairs naming pending interrupts; a bare ``JSON`` answers the only pending one.
 
-    A value that is not JSON is taken as a string, so ``ID=yes`` works without quoting.
+    The id before ``=`` must be a pending one: a mistyped or stale id is refused here rather
+    than sent, ``=`` and all, as the text of the only pending interrupt's answer. An argument
+    that is JSON as a whole is a bare answer even when it holds ``=`` (``'"a=b"'``). A value that
+    is not JSON is taken as a string, so ``ID=yes`` and ``yes`` work without quoting.
     """
+    if not pending_ids:
+        raise CommandInputError("no interrupt is pending: there is nothing to answer")
     answers: dict[str, Any] = {}
     for raw in raw_answers:
-        interrupt_id, sep, value = raw.partition("=")
-        # Interrupt ids look like ``v1:tool_call:<toolUseId>:<uuid>``; JSON never starts so.
-        named = bool(sep) and (
-            interrupt_id in pending_ids
-            or (":" in interrupt_id and interrupt_id[:1] not in ("{", "[", '"'))
-        )
-        if not named:
-            if len(pending_ids) != 1:
-                raise CommandInputError(
-                    f"answer {raw!r} names no interrupt id; pending: {list(pending_ids) or 'none'}"
-                )
-            interrupt_id, value = pending_ids[0], raw
+        interrupt_id, value = _split_answer(raw, pending_ids)
         try:
             answers[interrupt_id] = orjson.loads(value)
         except orjson.JSONDecodeError:
@@ -144,3 +138,29 @@ def parse_answers(raw_answers: Sequence[str], pending_ids: Sequence[str]) -> dic
     if not answers:
         raise CommandInputError("no answer given")
     return answers
+
+
+def _split_answer(raw: str, pending_ids: Sequence[str]) -> tuple[str, str]:
+    """The interrupt id an answer is for, and its value text."""
+    # Longest first, so an id that is a prefix of another (or holds "=") cannot steal its answer.
+    for interrupt_id in sorted(pending_ids, key=len, reverse=True):
+        if raw.startswith(interrupt_id + "="):
+            return interrupt_id, raw[len(interrupt_id) + 1 :]
+    pending = list(pending_ids)
+    if "=" in raw and not _is_json(raw):
+        named = raw.partition("=")[0]
+        raise CommandInputError(
+            f"answer {raw!r} names interrupt {named!r}, which is not pending; pending: {pending} "
+            "(give an answer text holding '=' as a JSON string, e.g. '\"a=b\"')"
+        )
+    if len(pending) != 1:
+        raise CommandInputError(f"answer {raw!r} names no interrupt id; pending: {pending}")
+    return pending[0], raw
+
+
+def _is_json(text: str) -> bool:
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return False
+    return True

@@ -7,6 +7,7 @@ dropped, so nothing the service wrote is hidden.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -66,21 +67,27 @@ def message_summary(message: dict[str, Any] | None) -> str:
     return summary or "(empty)"
 
 
-def next_step_lines(result: dict[str, Any]) -> list[str]:
+def next_step_lines(result: dict[str, Any], connection: Sequence[str] = ()) -> list[str]:
+    """The command that continues a paused session, with the connection options given to this one.
+
+    ``connection`` is what the person passed on the command line (``--bootstrap-servers H``), so
+    the hint, copied as it is, reaches the same cluster.
+    """
     session = shlex.quote(str(result.get("session_id")))
+    start = " ".join(["cairn resume --session", session, *map(shlex.quote, connection)])
     reason = result.get("stop_reason")
     if reason == "checkpoint":
-        return [f"  next: cairn resume --session {session} --wait"]
+        return [f"  next: {start} --wait"]
     if reason == "interrupt":
         ids = [str(i.get("id")) for i in result.get("interrupts") or []]
         if len(ids) == 1:
-            return [f"  next: cairn resume --session {session} --answer true --wait"]
+            return [f"  next: {start} --answer true --wait"]
         answers = " ".join(f"--answer {shlex.quote(i + '=true')}" for i in ids)
-        return [f"  next: cairn resume --session {session} {answers} --wait"]
+        return [f"  next: {start} {answers} --wait"]
     return []
 
 
-def result_lines(result: dict[str, Any]) -> list[str]:
+def result_lines(result: dict[str, Any], connection: Sequence[str] = ()) -> list[str]:
     """A result: its stop reason, the pause or error it carries, the message, what to do next."""
     head = (
         f"result   session={result.get('session_id')} command={result.get('command_id')} "
@@ -101,7 +108,7 @@ def result_lines(result: dict[str, Any]) -> list[str]:
     if error:
         lines.append(f"  error: {error.get('code')}: {error.get('message')}")
     lines.extend(message_lines(result.get("message")))
-    lines.extend(next_step_lines(result))
+    lines.extend(next_step_lines(result, connection))
     return lines
 
 

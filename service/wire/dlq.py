@@ -1,13 +1,15 @@
 """Dead-letter records: the original record unchanged, plus why and where it came from in headers.
 
-The value, key and original headers are kept byte for byte; Cairn appends its own headers, all
-UTF-8 strings, so a reader (or a replay tool) can find the source record again.
+The value, key and original headers are kept byte for byte (only a record too large to keep
+whole loses the end of its value, and says so in ``cairn.dlq.truncated_from``); Cairn appends its
+own headers, all UTF-8 strings, so a reader (or a replay tool) can find the source record again.
+The header schema allows other headers: those of the original record travel with it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -20,6 +22,8 @@ DLQ_SOURCE_TOPIC = "cairn.dlq.source.topic"
 DLQ_SOURCE_PARTITION = "cairn.dlq.source.partition"
 DLQ_SOURCE_OFFSET = "cairn.dlq.source.offset"
 DLQ_SCHEMA_VERSION = "cairn.dlq.schema_version"
+DLQ_TRUNCATED_FROM = "cairn.dlq.truncated_from"
+"""Set only on a dead letter whose value was cut to fit: the original value's length in bytes."""
 TRACEPARENT = "traceparent"
 """W3C trace context header, read from commands and written on results and events."""
 
@@ -33,15 +37,34 @@ DLQ_HEADER_FIELDS = {
     DLQ_SOURCE_PARTITION: "source_partition",
     DLQ_SOURCE_OFFSET: "source_offset",
     DLQ_SCHEMA_VERSION: "schema_version",
+    DLQ_TRUNCATED_FROM: "truncated_from",
 }
 
 Headers = Sequence[tuple[str, bytes]]
 
 
-class DlqHeaders(BaseModel):
-    """Cairn's headers on a dead-letter record (Kafka header values, decoded as UTF-8)."""
+def _string_only(schema: dict[str, Any]) -> None:
+    """Publish an optional header as a string: a header is absent or has a value, never null."""
+    options = schema.pop("anyOf", [])
+    schema.update(next(o for o in options if o.get("type") == "string"))
+    schema.pop("default", None)
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, populate_by_name=True)
+
+class DlqHeaders(BaseModel):
+    """Cairn's headers on a dead-letter record (Kafka header values, decoded as UTF-8).
+
+    Any other header is the original record's, kept as it was.
+    """
+
+    # Extra headers are ignored when read and allowed by the published schema: the original
+    # record's headers are kept on the dead letter, whatever their names.
+    model_config = ConfigDict(
+        strict=True,
+        extra="ignore",
+        frozen=True,
+        populate_by_name=True,
+        json_schema_extra={"additionalProperties": True},
+    )
 
     reason: Annotated[str, Field(alias=DLQ_REASON, min_length=1, max_length=MAX_REASON_LENGTH)]
     code: Annotated[ErrorCode, Field(alias=DLQ_CODE)]
@@ -49,9 +72,21 @@ class DlqHeaders(BaseModel):
     source_partition: Annotated[str, Field(alias=DLQ_SOURCE_PARTITION, pattern=r"^[0-9]+$")]
     source_offset: Annotated[str, Field(alias=DLQ_SOURCE_OFFSET, pattern=r"^[0-9]+$")]
     schema_version: Annotated[str, Field(alias=DLQ_SCHEMA_VERSION, pattern=r"^1$")]
+    truncated_from: Annotated[
+        str | None,
+        Field(
+            alias=DLQ_TRUNCATED_FROM,
+            pattern=r"^[0-9]+$",
+            json_schema_extra=_string_only,
+            description="Only on a dead letter whose value was cut to fit: the original "
+            "value's length in bytes (the value kept is its first bytes).",
+        ),
+    ] = None
 
     def to_headers(self) -> list[tuple[str, bytes]]:
-        return [(name, value.encode()) for name, value in self.model_dump(by_alias=True).items()]
+        """Cairn's headers as Kafka headers; an absent optional header is not written."""
+        dumped = self.model_dump(by_alias=True, exclude_none=True)
+        return [(name, value.encode()) for name, value in dumped.items()]
 
 
 def dlq_headers(

@@ -45,3 +45,10 @@ def test_the_guide_shows_the_same_commands_as_the_examples() -> None:
         assert {k: v for k, v in example.items() if k != "metadata"} == {
             k: v for k, v in shown[0].items() if k != "metadata"
         }
+
+
+def test_every_dead_letter_header_in_the_guide_is_in_the_published_schema() -> None:
+    named = set(re.findall(r"`(cairn\.dlq\.[a-z_.]+)`", DOC))
+    assert "cairn.dlq.truncated_from" in named
+    schema = orjson.loads((REPO / "contracts" / "schemas" / "dlq_headers.json").read_bytes())
+    assert named <= set(schema["properties"])

@@ -4,6 +4,8 @@ processes) and print what a person needs: pauses, interrupts, answers, state."""
 from __future__ import annotations
 
 import asyncio
+import re
+import shlex
 import sys
 from collections.abc import AsyncIterator
 
@@ -14,6 +16,7 @@ from tests.support.runtime_harness import REPO, Cluster, ServiceProcess, service
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
 DEMO = {"CAIRN_AGENTS": "service.demo:agents"}
+README = (REPO / "README.md").read_text()
 
 
 async def cli(cluster: Cluster, *args: str, timeout: float = 60.0) -> tuple[int, str, str]:
@@ -247,3 +250,81 @@ async def test_cancel_stops_a_running_slow_job(
         if not invoking.done():
             invoking.cancel()
             await asyncio.gather(invoking, return_exceptions=True)
+
+
+async def test_an_error_result_leaves_the_pause_and_a_stray_answer_is_refused(
+    cluster: Cluster, demo_service: ServiceProcess
+) -> None:
+    s = unique("s")
+    await expect(
+        cluster,
+        *("invoke", "--session", s, "--wait", "--bootstrap-servers", cluster.bootstrap),
+        "Compute 2 ** 8 for me in Oslo",
+        contains=(
+            "stop_reason=interrupt",
+            f"next: cairn resume --session {s} --bootstrap-servers {cluster.bootstrap} "
+            "--answer true --wait",
+        ),
+    )
+    # Refused while the interrupt waits: the session's last result is now an error.
+    await expect(
+        cluster,
+        *("invoke", "--session", s, "--wait", "hello"),
+        contains=("stop_reason=error", "error: interrupt_pending"),
+        code=1,
+    )
+    before = await expect(cluster, "session", "show", s, contains=("paused at: interrupt",))
+    pending = re.findall(r"approval id=(\S+)", before)
+    assert len(pending) == 1
+    await expect(
+        cluster,
+        *("resume", "--session", s, "--answer", "bogus=true", "--wait"),
+        contains=("names interrupt 'bogus', which is not pending", f"pending: {pending}"),
+        code=2,
+    )
+    await expect(
+        cluster,
+        *("resume", "--session", s),
+        contains=(f"waits for answers to interrupts {pending}",),
+        code=2,
+    )
+    # Nothing was sent: the committed state and the last results are as they were.
+    assert await expect(cluster, "session", "show", s, contains=()) == before
+    await expect(
+        cluster,
+        *("resume", "--session", s, "--answer", "true", "--wait"),
+        contains=("stop_reason=end_turn", "2 ** 8 = 256"),
+    )
+
+
+def _readme_commands(session: str) -> list[tuple[list[str], list[str]]]:
+    """Every ``$ cairn ...`` of the README's console blocks for ``session``, with its output."""
+    shown: list[tuple[list[str], list[str]]] = []
+    for block in re.findall(r"```console\n(.*?)```", README, flags=re.S):
+        for line in block.splitlines():
+            if line.startswith("$ cairn "):
+                shown.append((shlex.split(line[len("$ cairn ") :], comments=True), []))
+            elif shown and line.strip():
+                shown[-1][1].append(line)
+    return [(args, out) for args, out in shown if session in args]
+
+
+def _normalized(lines: list[str]) -> list[str]:
+    """Output without what differs from run to run: command ids, partitions, offsets."""
+    out = [re.sub(r"\bcli-[0-9a-f]{12}\b", "cli-ID", line) for line in lines]
+    return [re.sub(r"\(partition \d+, offset \d+\)", "(partition P, offset O)", x) for x in out]
+
+
+async def test_the_readme_tour_prints_what_the_readme_shows(
+    cluster: Cluster, demo_service: ServiceProcess
+) -> None:
+    shown = _readme_commands("demo-1")
+    assert [args[0] for args, _ in shown] == ["invoke", "resume", "resume", "resume", "resume"]
+    # The README tells of one resume between its first two blocks instead of showing it.
+    told = (["resume", "--session", "demo-1", "--wait"], None)
+    tour = [*((args, out) for args, out in shown[:2]), told, *shown[2:]]
+    for args, readme_out in tour:
+        rc, out, err = await cli(cluster, *args)
+        assert rc == 0, f"{args}: exit {rc}\n{out}\n{err}"
+        if readme_out is not None:
+            assert _normalized(out.splitlines()) == _normalized(readme_out), args

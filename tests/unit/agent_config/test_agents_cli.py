@@ -104,3 +104,58 @@ def test_registry_import_path(capsys: pytest.CaptureFixture[str]) -> None:
 def test_agents_without_subcommand_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["agents"]) == 2
     assert "list" in capsys.readouterr().err
+
+
+BROKEN = """
+[[agents]]
+name = "first"
+model = "m"
+tools = ["sample_tools:nope", "sample_tools:add", "no_such_pkg.tools:x"]
+hooks = ["sample_tools:add"]
+provider = { type = "anthropic", api_key_env = "CLI_TEST_UNSET_KEY" }
+
+[[agents]]
+name = "second"
+model = "m"
+executor = "parallel"
+provider = { type = "openai_compat" }
+
+[[agents]]
+name = "third"
+model = "m"
+provider = { type = "openai_compat", temperature = -1 }
+
+[[agents]]
+name = "first"
+model = "m"
+provider = { type = "openai_compat" }
+
+[[agents]]
+name = "fine"
+model = "m"
+provider = { type = "openai_compat" }
+"""
+
+
+def test_every_problem_of_every_agent_is_reported_in_one_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("CLI_TEST_UNSET_KEY", raising=False)
+    path = tmp_path / "agents.toml"
+    path.write_text(BROKEN)
+    assert main(["agents", "list", "--config", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    expected = [
+        f"{path}: agents.1.executor: Input should be 'sequential' or 'concurrent'",
+        f"{path}: agents: agent name 'first' is used twice",
+        f"{path}: agent 'first': environment variable 'CLI_TEST_UNSET_KEY'",
+        f"{path}: agent 'first': tool 'sample_tools:nope'",
+        f"{path}: agent 'first': tool 'no_such_pkg.tools:x' cannot be imported",
+        f"{path}: agent 'first': hook 'sample_tools:add'",
+        f"{path}: agent 'third': bad openai_compat options: provider.temperature",
+    ]
+    assert len(lines) == len(expected), captured.err
+    for line, start in zip(lines, expected, strict=True):
+        assert line.startswith(f"cairn agents list: {start}"), (line, start)

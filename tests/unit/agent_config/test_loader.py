@@ -225,3 +225,31 @@ def test_describe_agents_lists_what_is_hosted(tmp_path: Path) -> None:
         "limits": {"max_cycles": 8, "max_tokens": None, "deadline_s": 120.0},
     }
     assert described[1]["provider"] == "anthropic"
+
+
+def test_every_problem_of_every_agent_is_found_before_failing(tmp_path: Path) -> None:
+    text = VALID_TOML.replace('"sample_tools:refund"', '"sample_tools:missing"')
+    with pytest.raises(AgentConfigError) as caught:
+        load_agents(write(tmp_path, text), {})
+    problems = caught.value.problems
+    assert len(problems) == 3, problems
+    assert "agent 'support': environment variable 'OPENAI_API_KEY'" in problems[0]
+    assert "agent 'support': tool 'sample_tools:missing'" in problems[1]
+    assert "agent 'writer': environment variable 'ANTHROPIC_API_KEY'" in problems[2]
+    assert str(caught.value) == "\n".join(problems)
+
+
+def test_a_name_used_twice_is_reported_once_beside_other_problems(tmp_path: Path) -> None:
+    twice = VALID_TOML.replace('name = "writer"', 'name = "support"')
+    with pytest.raises(AgentConfigError) as caught:
+        load_agents(write(tmp_path, twice), ENV)
+    assert [p for p in caught.value.problems if "used twice" in p] == [
+        f"{tmp_path / 'agents.toml'}: agents: Value error, agent name 'support' is used twice"
+    ]
+    with pytest.raises(AgentConfigError) as caught:
+        load_agents(write(tmp_path, twice.replace("max_cycles = 8", "max_cycles = 0")), {})
+    problems = caught.value.problems
+    assert [p for p in problems if "used twice" in p] == [
+        f"{tmp_path / 'agents.toml'}: agents: agent name 'support' is used twice"
+    ]
+    assert any("agents.0.limits.max_cycles" in p for p in problems)

@@ -51,13 +51,43 @@ def test_invalid_input_fails_before_anything_is_sent(build: object) -> None:
 
 
 def test_answers_by_id_or_bare_for_the_only_pending_interrupt() -> None:
-    assert commands.parse_answers([f"{IID}=true"], []) == {IID: True}
+    assert commands.parse_answers([f"{IID}=true"], [IID]) == {IID: True}
     assert commands.parse_answers(['{"approved": false}'], [IID]) == {IID: {"approved": False}}
     assert commands.parse_answers(["yes"], [IID]) == {IID: "yes"}
     assert commands.parse_answers([f'{IID}={{"a": "x=y"}}'], [IID]) == {IID: {"a": "x=y"}}
-    assert commands.parse_answers(["a:b=null", "c:d=1"], []) == {"a:b": None, "c:d": 1}
+    assert commands.parse_answers(["a:b=null", "c:d=1"], ["a:b", "c:d"]) == {
+        "a:b": None,
+        "c:d": 1,
+    }
     with pytest.raises(commands.CommandInputError, match="names no interrupt id"):
         commands.parse_answers(["true"], ["a:1", "a:2"])
+
+
+@pytest.mark.parametrize("pending", [[IID], [IID, "v1:tool_call:tooluse_3_1:other"]])
+@pytest.mark.parametrize("raw", ["bogus=true", f"{IID[:-1]}=true", "x=y", "=true"])
+def test_an_answer_naming_no_pending_interrupt_is_refused(raw: str, pending: list[str]) -> None:
+    with pytest.raises(commands.CommandInputError) as caught:
+        commands.parse_answers([raw], pending)
+    message = str(caught.value)
+    assert f"names interrupt {raw.partition('=')[0]!r}, which is not pending" in message
+    assert f"pending: {pending}" in message
+
+
+def test_json_answers_holding_an_equals_sign_answer_the_only_pending_interrupt() -> None:
+    assert commands.parse_answers(['"a=b"'], [IID]) == {IID: "a=b"}
+    assert commands.parse_answers(['{"note": "x=y"}'], [IID]) == {IID: {"note": "x=y"}}
+    assert commands.parse_answers(['["=", 1]'], [IID]) == {IID: ["=", 1]}
+    assert commands.parse_answers([f'{IID}="a=b"'], [IID]) == {IID: "a=b"}
+    # An id that holds "=" or extends another pending id still gets its own answer.
+    assert commands.parse_answers(["a:1=b=true", "a:1=false"], ["a:1", "a:1=b"]) == {
+        "a:1=b": True,
+        "a:1": False,
+    }
+
+
+def test_answers_are_refused_when_nothing_is_pending() -> None:
+    with pytest.raises(commands.CommandInputError, match="no interrupt is pending"):
+        commands.parse_answers([f"{IID}=true"], [])
     answers = commands.resume_with_answers("s", {IID: None})
     assert orjson.loads(commands.encode(answers))["resume"] == [
         {"interruptResponse": {"interruptId": IID, "response": None}}

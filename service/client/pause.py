@@ -1,0 +1,82 @@
+"""Where a session is paused, as the client resumes it: at a checkpoint or at interrupts.
+
+Guarantee: the pause comes from the session's committed state (the sessions topic, what
+``cairn session show`` prints), never from its last result alone: a refused command's ``error``
+result leaves the pause before it in force, and the client still finds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from service.client import commands
+from service.client.kafka_io import ClientError
+from service.wire.commands import ResumeCommand
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """A session's committed pause point; ``committed`` is False when it has no state yet."""
+
+    session_id: str
+    committed: bool = False
+    checkpoint: dict[str, Any] | None = None
+    interrupt_ids: tuple[str, ...] = ()
+    running: str | None = None
+    """The command the session is running past a boundary (not paused), if any."""
+
+    @classmethod
+    def of(cls, session_id: str, state: dict[str, Any] | None) -> Pause:
+        """The pause recorded in a session state (``SessionState.to_dict`` form, or None)."""
+        if state is None:
+            return cls(session_id)
+        pending = state.get("pending") or {}
+        inflight = state.get("inflight") or {}
+        return cls(
+            session_id,
+            committed=True,
+            checkpoint=state.get("checkpoint") or None,
+            interrupt_ids=tuple(str(i.get("id")) for i in pending.get("interrupts") or []),
+            running=str(inflight["command_id"]) if inflight.get("command_id") else None,
+        )
+
+    def describe(self) -> str:
+        """What the session is doing, for a message that explains a refusal."""
+        if not self.committed:
+            return "it has no committed state yet"
+        if self.interrupt_ids:
+            return f"it waits for answers to interrupts {list(self.interrupt_ids)}"
+        if self.checkpoint:
+            return (
+                f"it is paused at checkpoint {self.checkpoint.get('position')} "
+                f"(cycle {self.checkpoint.get('cycle_index')})"
+            )
+        if self.running:
+            return f"it is running command {self.running}"
+        return "it is idle or finished"
+
+    def resume(self, command_id: str | None) -> ResumeCommand:
+        """A resume from the pending checkpoint; refused unless one is pending."""
+        if self.interrupt_ids:
+            raise ClientError(
+                f"session {self.session_id!r} waits for answers to interrupts "
+                f"{list(self.interrupt_ids)}: use --answer ID=JSON"
+            )
+        if not self.checkpoint:
+            raise ClientError(
+                f"session {self.session_id!r} is not paused at a checkpoint: {self.describe()}"
+            )
+        return commands.resume_from_checkpoint(
+            self.session_id, self.checkpoint, command_id=command_id
+        )
+
+    def answer(self, answers: Sequence[str], command_id: str | None) -> ResumeCommand:
+        """Answers to the pending interrupts; refused unless each names one of them."""
+        if not self.interrupt_ids:
+            raise ClientError(
+                f"session {self.session_id!r} has no pending interrupt to answer: {self.describe()}"
+            )
+        parsed = commands.parse_answers(answers, self.interrupt_ids)
+        return commands.resume_with_answers(self.session_id, parsed, command_id=command_id)

@@ -1,0 +1,244 @@
+"""``cairn resume`` acts on the session's committed pause and sends nothing it cannot stand behind.
+
+The client's Kafka access is replaced by an in-memory double: a committed session state, the
+session's results so far, and a record of what would be published.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from types import TracebackType
+from typing import Any
+
+import orjson
+import pytest
+
+from service.cli import main
+from service.client import actions
+from service.client.kafka_io import Seen
+
+IID = "v1:tool_call:tooluse_3_0:225d3982-9eb3-5ce9-93ca-f09a444307f7"
+CHECKPOINT = {"position": "after_tools", "cycle_index": 1, "schema_version": "1.0"}
+ASKING = {
+    "role": "assistant",
+    "content": [{"toolUse": {"toolUseId": "tooluse_3_0", "name": "request_approval", "input": {}}}],
+}
+
+
+def state(
+    *, interrupts: Sequence[str] = (), checkpoint: dict[str, Any] | None = None, running: str = ""
+) -> dict[str, Any]:
+    """A committed session state (``SessionState.to_dict`` form) paused as asked."""
+    pending = {
+        "assistant_message": ASKING,
+        "results": {},
+        "interrupts": [
+            {"id": i, "name": "approval", "reason": None, "response": None} for i in interrupts
+        ],
+    }
+    return {
+        "session_id": "s1",
+        "agent": "demo",
+        "messages": [ASKING],
+        "checkpoint": checkpoint,
+        "cycle_index": 1,
+        "pending": pending if interrupts else None,
+        "inflight": {"command_id": running, "position": "after_model", "cycle_index": 0}
+        if running
+        else None,
+        "applied_commands": ["c1", "c2"],
+    }
+
+
+def result(command_id: str, stop_reason: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "type": "agent_result",
+        "schema_version": 1,
+        "session_id": "s1",
+        "command_id": command_id,
+        "stop_reason": stop_reason,
+        **fields,
+    }
+
+
+REFUSED = result(
+    "c3",
+    "error",
+    error={"code": "interrupt_pending", "message": "only interrupt answers are accepted"},
+)
+"""The last result after an invoke was refused while the session was paused."""
+
+
+class FakeKafka:
+    """The session as committed, and every command published (each answered at once)."""
+
+    def __init__(self, committed: dict[str, Any] | None, results: list[dict[str, Any]]) -> None:
+        self.committed = committed
+        self.results = results
+        self.sent: list[dict[str, Any]] = []
+        self.answer_with = "checkpoint"
+        self._unread: list[Seen] = []
+
+    async def session_state(self, settings: object, session_id: str) -> dict[str, Any] | None:
+        return self.committed
+
+    async def last_results(
+        self, settings: object, session_id: str, limit: int
+    ) -> list[dict[str, Any]]:
+        return self.results[-limit:]
+
+    async def publish(
+        self, kafka: object, topic: str, session_id: str, value: bytes
+    ) -> tuple[int, int]:
+        command = orjson.loads(value)
+        self.sent.append(command)
+        extra: dict[str, Any] = {
+            "checkpoint": {"checkpoint": CHECKPOINT},
+            "interrupt": {"interrupts": [{"id": IID, "name": "approval", "reason": None}]},
+        }.get(self.answer_with, {})
+        body = result(command["command_id"], self.answer_with, **extra)
+        self._unread.append(Seen("results", 1, len(self.sent), session_id, body, None))
+        return 1, len(self.sent) - 1
+
+    def reader(self, *args: object, **kwargs: object) -> FakeReader:
+        return FakeReader(self)
+
+
+class FakeReader:
+    def __init__(self, kafka: FakeKafka) -> None:
+        self._kafka = kafka
+
+    async def __aenter__(self) -> FakeReader:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+    async def poll(self) -> list[Seen]:
+        batch, self._kafka._unread = self._kafka._unread, []
+        return batch
+
+    async def scan(self) -> list[Seen]:
+        return []
+
+
+@pytest.fixture
+def kafka(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKafka]:
+    fake = FakeKafka(None, [])
+    monkeypatch.setattr(actions, "session_state", fake.session_state)
+    monkeypatch.setattr(actions, "last_results", fake.last_results)
+    monkeypatch.setattr(actions, "publish", fake.publish)
+    monkeypatch.setattr(actions, "Reader", fake.reader)
+    yield fake
+
+
+def answers_sent(kafka: FakeKafka) -> list[dict[str, Any]]:
+    return [item["interruptResponse"] for item in kafka.sent[-1]["resume"]]
+
+
+def test_an_error_result_leaves_the_pending_interrupt_answerable(
+    kafka: FakeKafka, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kafka.committed, kafka.results = state(interrupts=[IID]), [REFUSED]
+
+    assert main(["resume", "--session", "s1"]) == 2
+    assert f"waits for answers to interrupts ['{IID}']" in capsys.readouterr().err
+    assert kafka.sent == []
+
+    assert main(["resume", "--session", "s1", "--answer", "true"]) == 0
+    assert answers_sent(kafka) == [{"interruptId": IID, "response": True}]
+
+
+def test_an_error_result_leaves_the_pending_checkpoint_resumable(kafka: FakeKafka) -> None:
+    kafka.committed, kafka.results = state(checkpoint=CHECKPOINT), [REFUSED]
+    assert main(["resume", "--session", "s1"]) == 0
+    assert kafka.sent[-1]["resume"] == {"checkpointResume": {"checkpoint": CHECKPOINT}}
+
+
+@pytest.mark.parametrize("answer", ["bogus=true", "v1:tool_call:tooluse_9_9:x=true"])
+def test_an_answer_for_an_interrupt_that_is_not_pending_is_refused_unsent(
+    kafka: FakeKafka, capsys: pytest.CaptureFixture[str], answer: str
+) -> None:
+    kafka.committed, kafka.results = state(interrupts=[IID]), [REFUSED]
+    assert main(["resume", "--session", "s1", "--answer", answer, "--wait"]) == 2
+    err = capsys.readouterr().err
+    assert "which is not pending" in err
+    assert f"pending: ['{IID}']" in err
+    assert kafka.sent == []
+
+
+def test_a_json_string_holding_an_equals_sign_answers_the_pending_interrupt(
+    kafka: FakeKafka,
+) -> None:
+    kafka.committed = state(interrupts=[IID])
+    assert main(["resume", "--session", "s1", "--answer", '"ship it = yes"']) == 0
+    assert answers_sent(kafka) == [{"interruptId": IID, "response": "ship it = yes"}]
+
+
+@pytest.mark.parametrize(
+    ("committed", "args", "expected"),
+    [
+        (None, [], "is not paused at a checkpoint: it has no committed state yet"),
+        (state(), [], "is not paused at a checkpoint: it is idle or finished"),
+        (state(running="c7"), [], "is not paused at a checkpoint: it is running command c7"),
+        (
+            state(checkpoint=CHECKPOINT),
+            ["--answer", "true"],
+            "has no pending interrupt to answer: it is paused at checkpoint after_tools (cycle 1)",
+        ),
+    ],
+)
+def test_nothing_to_resume_is_said_plainly(
+    kafka: FakeKafka,
+    capsys: pytest.CaptureFixture[str],
+    committed: dict[str, Any] | None,
+    args: list[str],
+    expected: str,
+) -> None:
+    kafka.committed = committed
+    assert main(["resume", "--session", "s1", *args]) == 2
+    assert expected in capsys.readouterr().err
+    assert kafka.sent == []
+
+
+def test_next_hints_keep_the_bootstrap_servers_given(
+    kafka: FakeKafka, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kafka.committed = state(interrupts=[IID])
+    servers = "kafka-1:9092,kafka-2:9092"
+    assert main(["resume", "--session", "s1", "--answer", "true", "--wait",
+                 "--bootstrap-servers", servers]) == 0  # fmt: skip
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == f"  next: cairn resume --session s1 --bootstrap-servers {servers} --wait"
+
+    kafka.answer_with = "interrupt"
+    assert main(["invoke", "--session", "s1", "--wait", "--bootstrap-servers", "h 1:9", "hi"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == (
+        "  next: cairn resume --session s1 --bootstrap-servers 'h 1:9' --answer true --wait"
+    )
+
+    kafka.results = [result("c1", "checkpoint", checkpoint=CHECKPOINT)]
+    assert main(["session", "show", "s1", "--bootstrap-servers", servers]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == f"    next: cairn resume --session s1 --bootstrap-servers {servers} --wait"
+
+    watched: list[str] = []
+    seen = Seen("results", 1, 0, "s1", result("c1", "checkpoint", checkpoint=CHECKPOINT), None)
+    actions.write_seen(
+        seen, watched.append, prefix_session=True, connection=("--bootstrap-servers", servers)
+    )
+    assert (
+        watched[-1]
+        == f"[s1]   next: cairn resume --session s1 --bootstrap-servers {servers} --wait"
+    )
+
+    # Settings from the environment need no repeating: the hint carries only what was typed.
+    kafka.answer_with = "checkpoint"
+    assert main(["resume", "--session", "s1", "--answer", "true", "--wait"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "  next: cairn resume --session s1 --wait"
