@@ -23,12 +23,10 @@ from service.agent.invocation import Invocation, plan
 from service.agent.state import SessionState
 from service.runtime.work import CommandWork, OutRecord
 from service.sessions.store import StoredSession
+from service.wire.dlq import DLQ_TRUNCATED_FROM
 from service.wire.errors import ErrorCode, WireError
 
 _PAYLOAD_FIELDS = ("resume", "prompt")
-
-DLQ_TRUNCATED_FROM = "cairn.dlq.truncated_from"
-"""Header of a dead letter whose value was cut to fit: the original value's length in bytes."""
 
 DEAD_LETTER_BUDGET = 1_000_000
 """Largest dead letter written (key, value and headers), safely below the 1 MiB request and

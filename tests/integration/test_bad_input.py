@@ -19,13 +19,14 @@ import pytest_asyncio
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import MessageSizeTooLargeError
 
-from service.runtime.bad_input import DEAD_LETTER_BUDGET, DLQ_TRUNCATED_FROM
+from service.runtime.bad_input import DEAD_LETTER_BUDGET
 from service.wire.dlq import (
     DLQ_CODE,
     DLQ_REASON,
     DLQ_SOURCE_OFFSET,
     DLQ_SOURCE_PARTITION,
     DLQ_SOURCE_TOPIC,
+    DLQ_TRUNCATED_FROM,
 )
 from tests.support.runtime_harness import (
     checkpoint_resume,

@@ -20,10 +20,9 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from service.agent.state import SessionState
-from service.runtime.bad_input import DLQ_TRUNCATED_FROM
 from service.runtime.clients import reader
 from service.sessions.codec import decode_state
-from service.wire.dlq import DLQ_CODE, DLQ_REASON
+from service.wire.dlq import DLQ_CODE, DLQ_REASON, DLQ_TRUNCATED_FROM
 from tests.support.runtime_harness import (
     Client,
     Cluster,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from service.runtime.bad_input import DLQ_TRUNCATED_FROM, fit_dead_letter
+from service.runtime.bad_input import fit_dead_letter
 from service.runtime.records import dlq_record
 from service.runtime.work import InputRecord, Origin
-from service.wire.dlq import read_dlq_headers
+from service.wire.dlq import DLQ_TRUNCATED_FROM, read_dlq_headers
 
 
 def _letter(value: bytes, headers: list[tuple[str, bytes]] | None = None) -> InputRecord:
