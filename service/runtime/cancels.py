@@ -1,16 +1,19 @@
 """Cancels of one partition: what a cancel stops, skips, resolves or answers ahead, in order.
 
-Guarantees: a cancel is answered by exactly one result of its own, committed with its control
-offset and the session state it leaves (so a crash before that commit re-reads it, and a
-re-read after it is recognised by its applied id); a running invocation it covers is signalled at
-once; a command it covers never starts and is answered ``cancelled`` exactly once.
+Guarantees: a cancel is answered by exactly one result of its own, saying what it covered,
+committed with its control offset and the session state it leaves (so a crash before that commit
+re-reads it, and a re-read after it is recognised by its applied id); a cancel of a session
+Cairn holds no state for leaves no state, and its answer is committed with the input offsets
+past its record instead. A running invocation it covers is signalled at once; a command it
+covers never starts and is answered ``cancelled`` exactly once, before the cancel's own result
+when it was read by the time the cancel was answered (see :class:`HeldAnswers`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from service.agent.cancel import CancelSignal
 from service.agent.definition import AgentDefinition
@@ -21,6 +24,7 @@ from service.observability.logs import log_context
 from service.observability.metrics import Metrics
 from service.observability.tracing import from_headers, span
 from service.runtime.bad_input import classify_refusal
+from service.runtime.control import CancelReach, ControlLedger, HeldAnswer, HeldAnswers
 from service.runtime.records import ParsedCommand, result_record
 from service.runtime.work import CommandWork, InputRecord, Outcome, OutRecord, StateWrite
 from service.sessions.codec import encode_state
@@ -34,21 +38,14 @@ logger = logging.getLogger(__name__)
 Handler = Callable[[CommandWork], Awaitable[None]]
 
 REMEMBERED_SESSIONS = 100_000
-"""How many sessions' latest untargeted cancel an owner keeps in memory (oldest dropped)."""
+"""How many sessions' latest untargeted cancel an owner keeps in memory (oldest dropped), and
+how many answered cancels of sessions without state it recognises when repeated."""
 
 
 @dataclass(slots=True)
 class _Running:
     work: CommandWork
     signal: CancelSignal
-
-
-@dataclass(slots=True)
-class _Open:
-    """A session's untargeted cancels read but not answered yet, and the commands they skipped."""
-
-    cancel_ids: set[str] = field(default_factory=set)
-    skipped: int = 0
 
 
 class CancelDesk:
@@ -61,6 +58,8 @@ class CancelDesk:
     answer on: the session state committed with the cancel keeps its timestamp
     (``cancelled_before_ms``) and a target it answered ahead (as applied), so a covered command
     first read by a later owner, after the partition moved, is still answered ``cancelled``.
+    The two topics do not even arrive in order within one fetch: a cancel can be queued ahead
+    of commands it covers, which is why its answer is held (:class:`HeldAnswers`).
     """
 
     def __init__(
@@ -77,23 +76,33 @@ class CancelDesk:
         self._topics = topics
         self._agents = agents
         self._metrics = metrics if metrics is not None else Metrics()
-        self._signalled: set[str] = set()
+        self._held = HeldAnswers(submit, topics.results, self._metrics)
         self._covers_until: dict[str, int] = {}
         self._targets: dict[str, set[str]] = {}
         self._running: dict[str, _Running] = {}
-        self._open: dict[str, _Open] = {}
+        self._reach: dict[str, dict[str, CancelReach]] = {}
+        self._stateless: dict[tuple[str, str], None] = {}
+
+    @property
+    def ledger(self) -> ControlLedger:
+        """The partition's control records on their way through session queues."""
+        return self._held.ledger
 
     def read(self, record: InputRecord, cancel: CancelCommand) -> CommandWork:
         """Take a cancel as it is read: signal what it stops now; the work answers it in order."""
         session_id = cancel.session_id
         work = CommandWork(record, session_id, cancel)
         target = cancel.target_command_id
-        if self._applied(session_id, cancel.command_id):
+        if self._answered(session_id, cancel.command_id):
             if target is None:
                 # Read again after a restart: what it covers is remembered again, so a covered
                 # command read only now is still skipped; everything else was done already.
                 self._cover(session_id, record.timestamp_ms)
+            self.ledger.read(record.origin.offset)
             return work
+        reach = self._reach.setdefault(session_id, {}).setdefault(
+            cancel.command_id, CancelReach(record.timestamp_ms, target)
+        )
         running = self._running.get(session_id)
         if target is not None:
             self._targets.setdefault(session_id, set()).add(target)
@@ -101,16 +110,20 @@ class CancelDesk:
         else:
             covered = self._cover(session_id, record.timestamp_ms)
             hit = running is not None and running.work.record.timestamp_ms <= covered
-            self._open.setdefault(session_id, _Open()).cancel_ids.add(cancel.command_id)
         if running is not None and hit:
+            running_id = _command_id(running.work)
             logger.info(
                 "session_id=<%s>, command_id=<%s>, cancel_id=<%s> | signalling running invocation",
                 session_id,
-                _command_id(running.work),
+                running_id,
                 cancel.command_id,
             )
             running.signal.cancel(cancel.message, after_current_tools=cancel.after_current_tools)
-            self._signalled.add(cancel.command_id)
+            if running_id is not None and reach.covers(
+                running_id, running.work.record.timestamp_ms
+            ):
+                reach.stopped = running_id
+        self.ledger.read(record.origin.offset)
         return work
 
     def wrap(self, handler: Handler) -> Handler:
@@ -137,15 +150,27 @@ class CancelDesk:
         async def handle(work: CommandWork) -> None:
             command = work.command
             if isinstance(command, CancelCommand):
-                self._answer(work, command)
+                try:
+                    self._answer(work, command)
+                except Exception:
+                    # The poison guard answers it; what waits behind it must not wait for ever.
+                    self._held.release(work.session_id)
+                    self.ledger.answered(work.record.origin.offset)
+                    raise
                 return
-            if command is None:
-                stored = self._store.get(work.session_id)
-                work.error = classify_refusal(work, stored, self._agents)
-                await handler(work)
-                return
-            if self._covered(work, command):
+            if command is not None and self._covered(work, command):
                 self._skip(work, command)
+                return
+            # Anything else the session does comes after the answers held so far.
+            self._held.release(work.session_id)
+            if command is None:
+                try:
+                    stored = self._store.get(work.session_id)
+                    work.error = classify_refusal(work, stored, self._agents)
+                    await handler(work)
+                finally:
+                    if work.record.origin.topic == self._topics.control:
+                        self.ledger.answered(work.record.origin.offset)
                 return
             signal = CancelSignal()
             work.cancel = signal
@@ -169,6 +194,10 @@ class CancelDesk:
         stored = self._store.get(session_id)
         return stored is not None and command_id in stored.state.applied_commands
 
+    def _answered(self, session_id: str, cancel_id: str) -> bool:
+        """Answered before: recorded in its session's state, or here for a session without."""
+        return (session_id, cancel_id) in self._stateless or self._applied(session_id, cancel_id)
+
     def _covered(self, work: CommandWork, command: ParsedCommand) -> bool:
         session_id = work.session_id
         if self._applied(session_id, command.command_id):
@@ -184,9 +213,10 @@ class CancelDesk:
     def _skip(self, work: CommandWork, command: ParsedCommand) -> None:
         """Answer a covered command ``cancelled`` without running it."""
         session_id = work.session_id
-        opened = self._open.get(session_id)
-        if opened is not None and not self._targeted(session_id, command.command_id):
-            opened.skipped += 1
+        held = self._held.of(session_id)
+        for reach in [*self._reach.get(session_id, {}).values(), *(a.reach for a in held)]:
+            if reach.covers(command.command_id, work.record.timestamp_ms):
+                reach.skip(command.command_id)
         self._forget_target(session_id, command.command_id)
         stored = self._store.get(session_id)
         state = (
@@ -218,108 +248,102 @@ class CancelDesk:
             command.metadata,
             work.trace,
         )
-        self._commit(work, stored, state, [record])
+        seq = stored.event_seq if stored is not None else 0
+        write = _recorded(state, held, seq)
+        if held:
+            # Queued behind a cancel answered in this run of the queue: it goes out with that
+            # cancel's answer, ahead of it.
+            self._held.hold(session_id, work.record.origin, ahead=[record], state=write)
+        else:
+            self._submit(
+                Outcome(records=[record], state=write, finished=[work.record.origin], results=1)
+            )
+        self._store.put(session_id, StoredSession(state, seq))
 
     def _answer(self, work: CommandWork, cancel: CancelCommand) -> None:
         """The cancel's own result, after everything before it in its session was dealt with."""
         session_id = work.session_id
-        stored = self._store.get(session_id)
-        state = stored.state if stored is not None else SessionState(session_id=session_id)
-        signalled = cancel.command_id in self._signalled
-        self._signalled.discard(cancel.command_id)
-        skipped = self._close(session_id, cancel.command_id)
-        if cancel.command_id in state.applied_commands:
+        origin = work.record.origin
+        if self._answered(session_id, cancel.command_id):
             self._metrics.command("cancel", "duplicate")
             self._metrics.cancel("duplicate")
-            self._submit(Outcome(finished=[work.record.origin]))
+            if self._store.get(session_id) is None:
+                # Recognised only by this owner's memory: a later owner must not read it again.
+                self.ledger.after_earlier(origin.offset, Outcome(finished=[origin]))
+                return
+            self._submit(Outcome(finished=[origin]))
+            self.ledger.answered(origin.offset)
             return
-        self._metrics.cancel(_cancel_outcome(cancel, state, signalled, skipped))
-        records: list[OutRecord] = []
+        reach = self._reach.get(session_id, {}).pop(cancel.command_id, None)
+        if reach is None:
+            reach = CancelReach(work.record.timestamp_ms, cancel.target_command_id)
+        stored = self._store.get(session_id)
+        state = stored.state if stored is not None else None
+        ahead: list[OutRecord] = []
         target = cancel.target_command_id
         if target is None:
-            result, state = self._resolve(state, work.record.timestamp_ms, cancel)
+            if state is None:
+                result = _plain_cancelled(SessionState(session_id=session_id))
+            else:
+                result, state = self._resolve(state, work.record.timestamp_ms, cancel, reach)
         else:
             self._forget_target(session_id, target)
-            result = _plain_cancelled(state)
-            state = state.copy()
-            if target not in state.applied_commands:
-                # Not seen yet: answer it now; when it arrives it is a known, answered command.
-                records.append(
+            result = _plain_cancelled(state or SessionState(session_id=session_id))
+            state = state.copy() if state is not None else None
+            if state is None or target not in state.applied_commands:
+                # Not seen yet: answer it now; when it arrives it is a known, answered command
+                # (the one case where a cancel makes a state for a session that had none).
+                state = state if state is not None else SessionState(session_id=session_id)
+                ahead.append(
                     result_record(
                         self._topics.results, session_id, target, result, None, work.trace
                     )
                 )
                 self._metrics.result(result.stop_reason)
                 state.mark_applied(target)
-            state.mark_applied(cancel.command_id)
+                reach.skip(target)
+        answer = HeldAnswer(work, cancel, result, reach)
+        seq = stored.event_seq if stored is not None else 0
+        write = (
+            None if state is None else _recorded(state, [*self._held.of(session_id), answer], seq)
+        )
+        self._held.hold(session_id, origin, answer=answer, ahead=ahead, state=write)
+        if state is not None:
+            self._store.put(session_id, StoredSession(state, seq))
+        else:
+            # Nothing to record it in: this owner recognises a repeat; the ledger a re-read.
+            self._stateless[(session_id, cancel.command_id)] = None
+            if len(self._stateless) > REMEMBERED_SESSIONS:
+                del self._stateless[next(iter(self._stateless))]
         logger.info(
-            "session_id=<%s>, cancel_id=<%s>, target=<%s>, resolved=<%s> | cancel answered",
+            "session_id=<%s>, cancel_id=<%s>, target=<%s>, stopped=<%s>, resolved=<%s> | "
+            "cancel answered",
             session_id,
             cancel.command_id,
             target,
-            result.message is not None,
+            reach.stopped,
+            reach.resolved,
         )
-        records.append(
-            result_record(
-                self._topics.results, session_id, cancel.command_id, result, None, work.trace
-            )
-        )
-        self._metrics.command("cancel", "ok")
-        self._metrics.result(result.stop_reason)
-        self._commit(work, stored, state, records)
 
     def _resolve(
-        self, state: SessionState, timestamp_ms: int, cancel: CancelCommand
+        self, state: SessionState, timestamp_ms: int, cancel: CancelCommand, reach: CancelReach
     ) -> tuple[AgentResult, SessionState]:
-        """Resolve the session's pause and record durably up to when the cancel covers."""
+        """Resolve the session's pause, or close an invocation its owner left at a boundary."""
         inflight = state.inflight
         published = state.inflight_published_ms
         if inflight is not None and published is not None and published > timestamp_ms:
             # The in-flight command was published after the cancel (it started before the
             # cancel was read, then its owner died): its redelivery continues it, uncancelled.
-            result = _plain_cancelled(state)
-            state = state.copy()
-            state.mark_applied(cancel.command_id)
-        else:
-            result, state = resolve_cancel(state, cancel.message, command_id=cancel.command_id)
-            state.inflight_published_ms = None
-        previous = state.cancelled_before_ms
-        if timestamp_ms >= 0:  # a record without a timestamp (-1) covers nothing by time
-            state.cancelled_before_ms = max(timestamp_ms, -1 if previous is None else previous)
+            return _plain_cancelled(state), state.copy()
+        if inflight is not None:
+            reach.stopped = reach.stopped or inflight.command_id
+        elif state.interrupted:
+            reach.resolved = "interrupt"
+        elif state.pending is not None or state.checkpoint is not None:
+            reach.resolved = "checkpoint"
+        result, state = resolve_cancel(state, cancel.message, command_id=cancel.command_id)
+        state.inflight_published_ms = None
         return result, state
-
-    def _commit(
-        self,
-        work: CommandWork,
-        stored: StoredSession | None,
-        state: SessionState,
-        records: list[OutRecord],
-    ) -> None:
-        seq = stored.event_seq if stored is not None else 0
-        self._store.put(state.session_id, StoredSession(state, seq))
-        self._submit(
-            Outcome(
-                records=records,
-                state=StateWrite(state.session_id, encode_state(state), seq),
-                finished=[work.record.origin],
-                results=len(records),
-            )
-        )
-
-    def _close(self, session_id: str, cancel_id: str) -> int:
-        """The cancel is answered: how many queued commands were skipped since it was read."""
-        opened = self._open.get(session_id)
-        if opened is None or cancel_id not in opened.cancel_ids:
-            return 0  # targeted, or read again after a restart: it opened nothing
-        skipped, opened.skipped = opened.skipped, 0
-        opened.cancel_ids.discard(cancel_id)
-        if not opened.cancel_ids:
-            del self._open[session_id]
-        return skipped
-
-    def _targeted(self, session_id: str, command_id: str) -> bool:
-        targets = self._targets.get(session_id)
-        return targets is not None and command_id in targets
 
     def _forget_target(self, session_id: str, command_id: str) -> None:
         targets = self._targets.get(session_id)
@@ -328,6 +352,18 @@ class CancelDesk:
         targets.discard(command_id)
         if not targets:
             del self._targets[session_id]
+
+
+def _recorded(state: SessionState, answers: list[HeldAnswer], seq: int) -> StateWrite:
+    """``state`` (a fresh copy of the session's) with every held cancel recorded, encoded."""
+    for answer in answers:
+        state.mark_applied(answer.cancel.command_id)
+        timestamp_ms = answer.work.record.timestamp_ms
+        # A record without a timestamp (-1) covers nothing by time once forgotten here.
+        if answer.cancel.target_command_id is None and timestamp_ms >= 0:
+            previous = state.cancelled_before_ms
+            state.cancelled_before_ms = max(timestamp_ms, -1 if previous is None else previous)
+    return StateWrite(state.session_id, encode_state(state), seq)
 
 
 def _command_id(work: CommandWork) -> str | None:
@@ -347,18 +383,3 @@ def _plain_cancelled(state: SessionState) -> AgentResult:
 
 def _wire_id(error: Exception | None) -> str | None:
     return error.command_id if isinstance(error, WireError) else None
-
-
-def _cancel_outcome(
-    cancel: CancelCommand, state: SessionState, signalled: bool, skipped: int
-) -> str:
-    """What a cancel met first, in session order, for the cancels metric (see CANCEL_OUTCOMES)."""
-    if cancel.target_command_id is not None:
-        return "targeted"
-    if signalled:
-        return "deferred" if cancel.after_current_tools else "running"
-    if state.pending is not None or state.checkpoint is not None:
-        return "paused"
-    if skipped:
-        return "queued"
-    return "idle"

@@ -245,7 +245,12 @@ class PartitionOwner:
             )
             self._queues = SessionQueues(tasks, self._guard.wrap(cancels.wrap(invoker.handle)))
             self._control = ControlHandler(
-                committer.submit, cancels, self._queues.put, self._topics.dlq, self._ctx.metrics
+                committer.submit,
+                cancels,
+                self._queues.put,
+                self._topics.dlq,
+                self._ctx.metrics,
+                max_bytes=settings.runtime.state_record_max_bytes,
             )
             self._restored = True
             self._ctx.on_restored(self.partition)

@@ -27,7 +27,7 @@ from service.wire.events import (
     ToolStartedEvent,
 )
 from service.wire.pauses import CheckpointResume, InterruptAnswer
-from service.wire.results import error_record, result_record
+from service.wire.results import CancelReport, error_record, result_record
 from service.wire.session_record import SessionStateRecord
 
 SESSION = "support-4711"
@@ -290,6 +290,29 @@ def _results() -> dict[str, tuple[str, Any]]:
     out["agent_result/error-from-engine"] = (
         "agent_result",
         result_record(failed, session_id=SESSION, command_id="cmd-0667"),
+    )
+    # A cancel's own result says what it covered.
+    cancel_answer = result_record(
+        AgentResult(stop_reason="cancelled", message=None, metrics={}, state=state),
+        session_id=SESSION,
+        command_id="cancel-0001",
+    )
+    out["agent_result/cancel-report"] = (
+        "agent_result",
+        cancel_answer.model_copy(
+            update={"cancel": CancelReport(stopped="cmd-0003", skipped=["cmd-0004"], resolved=None)}
+        ),
+    )
+    # Metadata too large to echo within the record limit is left out, and flagged.
+    out["agent_result/metadata-truncated"] = (
+        "agent_result",
+        error_record(
+            session_id=SESSION,
+            command_id="cmd-0668",
+            code="internal",
+            message="the command's output was refused by the broker: [Error 10] "
+            "MessageSizeTooLargeError",
+        ).model_copy(update={"metadata_truncated": True}),
     )
     return out
 

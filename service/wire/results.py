@@ -32,6 +32,20 @@ class ErrorBody(PartModel):
     message: str
 
 
+class CancelReport(PartModel):
+    """What a cancel covered, on its own result; all empty when it found nothing to cancel."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    stopped: Id | None
+    """The running invocation it told to stop; that command's own result, ahead of this one,
+    says how it ended."""
+    skipped: list[Id]
+    """The commands it answered ``cancelled`` without running them, in the order answered."""
+    resolved: Literal["checkpoint", "interrupt"] | None
+    """The kind of pause it resolved (the pause's checkpoint is stale from then on)."""
+
+
 def _result_schema(schema: dict[str, Any]) -> None:
     require_envelope(schema)
     schema["allOf"] = [
@@ -81,6 +95,8 @@ class ResultRecord(OutboundModel):
     metadata_truncated: bool = False
     """True when the command's metadata was left out to keep the result within the record
     limit; written only then."""
+    cancel: CancelReport | None = None
+    """On a cancel's own result only (written only there): what the cancel covered."""
 
     @model_validator(mode="after")
     def _pause_fields_agree(self) -> ResultRecord:

@@ -124,6 +124,31 @@ async def test_commands_around_the_limit_never_stop_the_partition(stage: Stage) 
     await stage.exactly_once(at_limit["command_id"], after["command_id"])
 
 
+async def test_a_cancel_over_the_limit_is_dead_lettered_unread(stage: Stage) -> None:
+    session = unique("s")
+    cancel = {
+        "type": "cancel",
+        "schema_version": 1,
+        "command_id": unique("x"),
+        "session_id": session,
+        "message": "",
+    }
+    cancel["message"] = "x" * (LIMIT + 1 - len(orjson.dumps(cancel)))
+    value = orjson.dumps(cancel)
+    assert len(value) == LIMIT + 1
+    await send_raw(stage.cluster.bootstrap, stage.cluster.topics.control, session.encode(), value)
+    await wait_for(
+        lambda: any(d["key"] == session.encode() for d in stage.client.dead_letters),
+        30,
+        "the cancel dead-lettered",
+        alive=stage.service,
+    )
+    await stage.client.caught_up()
+    [letter] = [d for d in stage.client.dead_letters if d["key"] == session.encode()]
+    assert b"exceeds the limit of 900000" in letter["headers"][DLQ_REASON]
+    assert stage.client.results_for(cancel["command_id"]) == []
+
+
 async def test_an_output_the_broker_refuses_is_answered_small_and_the_partition_goes_on(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:

@@ -14,7 +14,8 @@ from service.observability.metrics import CANCEL_OUTCOMES, Metrics
 from service.runtime.bad_input import classify_refusal
 from service.runtime.cancels import CancelDesk
 from service.runtime.records import ParsedCommand
-from service.runtime.work import CommandWork, InputRecord, Origin, Outcome
+from service.runtime.session_queue import SessionQueues
+from service.runtime.work import CommandWork, InputRecord, Origin, Outcome, OutRecord
 from service.sessions.store import SessionStore, StoredSession
 from service.settings import TopicSettings
 from service.wire.codec import decode_command
@@ -56,10 +57,13 @@ class _Desk:
         )
 
     async def run(self, work: CommandWork) -> None:
+        """Handle one record as its session queue would, then give the event loop a turn."""
+
         async def handler(item: CommandWork) -> None:
             self.ran.append(item.command.command_id)
 
         await self.desk.wrap(handler)(work)
+        await asyncio.sleep(0)
 
     def cancels(self) -> dict[str, float]:
         """The cancels metric, by outcome, leaving out the outcomes never counted."""
@@ -178,8 +182,15 @@ def test_refused_checkpoint_resume_follows_the_engine_order() -> None:
     assert code(paused) == "checkpoint_incompatible"
 
 
+def _idle() -> SessionStore:
+    """A store holding one idle session ``s`` (a cancel records its coverage in that state)."""
+    store = SessionStore()
+    store.put("s", StoredSession(SessionState(session_id="s", agent="a")))
+    return store
+
+
 async def test_a_cancel_read_again_after_a_restart_still_covers_older_commands() -> None:
-    before = _Desk()
+    before = _Desk(_idle())
     await before.run(before.desk.read(*_cancel(0, ts=100)))
     after = _Desk(before.store)  # the next owner, with the sessions it restored
     await after.run(after.desk.read(*_cancel(0, ts=100)))
@@ -190,7 +201,7 @@ async def test_a_cancel_read_again_after_a_restart_still_covers_older_commands()
 
 
 async def test_an_answered_cancel_covers_older_commands_first_read_by_the_next_owner() -> None:
-    before = _Desk()
+    before = _Desk(_idle())
     await before.run(before.desk.read(*_cancel(0, ts=100)))
     restored = SessionStore()  # what the next owner restores: the state committed with it
     for outcome in before.outcomes:
@@ -273,3 +284,186 @@ async def test_a_repeated_cancel_takes_no_count_from_the_first() -> None:
     await t.run(first)
     await t.run(t.desk.read(*_cancel(0, ts=100)))
     assert t.cancels() == {"queued": 1, "duplicate": 1}
+
+
+def _results(t: _Desk) -> dict[str, dict[str, Any]]:
+    """Every result written so far, by command id."""
+    found = {}
+    for outcome in t.outcomes:
+        for record in outcome.records:
+            assert record.value is not None
+            body = orjson.loads(record.value)
+            found[body["command_id"]] = body
+    return found
+
+
+async def _route_as_one_fetch(t: _Desk, *works: CommandWork) -> None:
+    """Put records into real session queues in one go, as the consumer loop routes a fetch."""
+
+    async def handler(item: CommandWork) -> None:
+        t.ran.append(item.command.command_id)
+        await asyncio.sleep(0)  # a real invocation yields to the event loop
+
+    async with asyncio.TaskGroup() as tasks:
+        queues = SessionQueues(tasks, t.desk.wrap(handler))
+        for work in works:
+            queues.put(work)
+        await queues.wait_idle()
+    await asyncio.sleep(0)
+
+
+async def test_a_cancel_read_ahead_of_commands_it_covers_is_answered_after_them() -> None:
+    t = _Desk()
+    # One fetch, the control partition's records routed before the commands partition's.
+    await _route_as_one_fetch(
+        t,
+        t.desk.read(*_cancel(0, ts=100)),
+        _command("early", 1, ts=90),
+        _command("same", 2, ts=100),
+        _command("later", 3, ts=110),
+    )
+    assert t.answered() == [("early", "cancelled"), ("same", "cancelled"), ("x0", "cancelled")]
+    assert t.ran == ["later"]
+    # The covered commands' results and the cancel's go out in one outcome, the cancel's last.
+    (together,) = [o for o in t.outcomes if o.records]
+    assert len(together.records) == together.results == 3
+    assert _results(t)["x0"]["cancel"] == {
+        "stopped": None,
+        "skipped": ["early", "same"],
+        "resolved": None,
+    }
+    stored = t.store.get("s")
+    assert stored is not None and {"early", "same", "x0"} <= set(stored.state.applied_commands)
+    assert stored.state.cancelled_before_ms == 100
+
+
+async def test_a_cancel_read_ahead_of_an_invocation_it_stopped_at_a_takeover() -> None:
+    # The previous owner left "c" at a boundary; the next one reads the cancel, then "c".
+    inflight = Inflight("c", "after_model", 0)
+    state = SessionState(session_id="s", agent="a", inflight=inflight, inflight_published_ms=90)
+    store = SessionStore()
+    store.put("s", StoredSession(state))
+    t = _Desk(store)
+    await _route_as_one_fetch(t, t.desk.read(*_cancel(0, ts=100)), _command("c", 1, ts=90))
+    assert t.answered() == [("c", "cancelled"), ("x0", "cancelled")]
+    assert t.ran == []
+    assert _results(t)["x0"]["cancel"] == {"stopped": "c", "skipped": [], "resolved": None}
+
+
+async def test_a_running_invocation_is_answered_before_the_cancel_that_stopped_it() -> None:
+    t = _Desk()
+    gate = asyncio.Event()
+
+    async def handler(item: CommandWork) -> None:
+        await gate.wait()
+        t.outcomes.append(Outcome(records=[_stub_result(item.command.command_id)]))
+
+    async with asyncio.TaskGroup() as tasks:
+        queues = SessionQueues(tasks, t.desk.wrap(handler))
+        queues.put(_command("c", 1, ts=90))
+        await asyncio.sleep(0)
+        queues.put(t.desk.read(*_cancel(0, ts=100)))
+        queues.put(_command("q", 2, ts=95))
+        gate.set()
+        await queues.wait_idle()
+    await asyncio.sleep(0)
+    assert t.answered() == [("c", "cancelled"), ("q", "cancelled"), ("x0", "cancelled")]
+    assert _results(t)["x0"]["cancel"] == {"stopped": "c", "skipped": ["q"], "resolved": None}
+
+
+def _stub_result(command_id: str) -> OutRecord:
+    body = {"command_id": command_id, "stop_reason": "cancelled"}
+    return OutRecord(TOPICS.results, b"s", orjson.dumps(body))
+
+
+async def test_a_cancel_of_an_unknown_session_says_so_and_leaves_no_state() -> None:
+    t = _Desk()
+    work = t.desk.read(*_cancel(0, ts=100))
+    await t.run(work)
+    assert t.answered() == [("x0", "cancelled")]
+    (outcome,) = t.outcomes
+    assert outcome.state is None and t.store.get("s") is None
+    body = _results(t)["x0"]
+    assert body["message"] is None
+    assert body["cancel"] == {"stopped": None, "skipped": [], "resolved": None}
+    # Nothing records it but its offset: that must be committed with it.
+    assert outcome.replay_unsafe and outcome.finished == [work.record.origin]
+    assert t.cancels() == {"idle": 1}
+    # A repeat is recognised by this owner and answered never again (still no state).
+    await t.run(t.desk.read(*_cancel(0, ts=100)))
+    assert t.answered() == [("x0", "cancelled")]
+    assert len(t.outcomes) == 2 and t.outcomes[1].replay_unsafe
+    assert t.store.get("s") is None
+
+
+async def test_a_stateless_answer_waits_for_every_earlier_control_record() -> None:
+    t = _Desk(_idle())
+    gate = asyncio.Event()
+
+    async def handler(item: CommandWork) -> None:
+        await gate.wait()
+
+    async with asyncio.TaskGroup() as tasks:
+        queues = SessionQueues(tasks, t.desk.wrap(handler))
+        queues.put(_command("c", 0, ts=200))  # published after the cancel: it runs on
+        await asyncio.sleep(0)
+        queues.put(t.desk.read(*_cancel(1, ts=100)))  # waits behind "c"
+        unknown = CancelCommand(command_id="u", session_id="u")
+        queues.put(
+            t.desk.read(InputRecord(Origin(TOPICS.control, 0, 2), b"u", b"{}", [], 100), unknown)
+        )
+        for _ in range(3):
+            await asyncio.sleep(0)
+        # Answered, but an earlier control record is not: committing the offsets with it
+        # now would not pass its record, so a crash could have it read and answered again.
+        assert t.answered() == []
+        gate.set()
+        await queues.wait_idle()
+    await asyncio.sleep(0)
+    assert t.answered() == [("x1", "cancelled"), ("u", "cancelled")]
+    assert t.outcomes[-1].replay_unsafe and t.outcomes[-1].state is None
+
+
+async def test_a_cancel_of_an_unknown_session_is_recorded_once_it_covers_a_command() -> None:
+    t = _Desk()
+    await _route_as_one_fetch(t, t.desk.read(*_cancel(0, ts=100)), _command("early", 1, ts=90))
+    assert t.answered() == [("early", "cancelled"), ("x0", "cancelled")]
+    (outcome,) = t.outcomes
+    assert outcome.state is not None and not outcome.replay_unsafe
+    stored = t.store.get("s")
+    assert stored is not None and {"early", "x0"} <= set(stored.state.applied_commands)
+    assert stored.state.cancelled_before_ms == 100
+    assert _results(t)["x0"]["cancel"]["skipped"] == ["early"]
+
+
+async def test_a_cancel_says_which_pause_it_resolved() -> None:
+    paused = SessionState(session_id="s", agent="a", checkpoint=Checkpoint("after_model", 0))
+    asked = SessionState(
+        session_id="s",
+        agent="a",
+        pending=PendingBatch(
+            assistant_message={"role": "assistant", "content": []},
+            interrupts=[Interrupt("i", "approval")],
+        ),
+    )
+    for state, kind in ((paused, "checkpoint"), (asked, "interrupt")):
+        store = SessionStore()
+        store.put("s", StoredSession(state))
+        t = _Desk(store)
+        await t.run(t.desk.read(*_cancel(0, ts=100)))
+        assert _results(t)["x0"]["cancel"] == {"stopped": None, "skipped": [], "resolved": kind}
+
+
+async def test_a_targeted_cancel_names_its_target() -> None:
+    t = _Desk()
+    await t.run(t.desk.read(*_cancel(0, ts=100, target_command_id="t")))
+    assert _results(t)["x0"]["cancel"] == {"stopped": None, "skipped": ["t"], "resolved": None}
+    # The target answered ahead is a command of the session: its answer must be recognised.
+    stored = t.store.get("s")
+    assert stored is not None and {"t", "x0"} <= set(stored.state.applied_commands)
+    t = _Desk(_idle())
+    stored = t.store.get("s")
+    assert stored is not None
+    stored.state.mark_applied("done")
+    await t.run(t.desk.read(*_cancel(0, ts=100, target_command_id="done")))
+    assert _results(t)["x0"]["cancel"] == {"stopped": None, "skipped": [], "resolved": None}

@@ -1,0 +1,101 @@
+"""What a cancel covered, against a real broker: its result names it and comes after theirs.
+
+A cancel read together with commands it covers (an owner taking over a backlog) is answered
+after them; a cancel of a session Cairn has never seen says it found nothing and writes no
+session state.
+"""
+
+from __future__ import annotations
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from tests.support.runtime_harness import Client, Cluster, invoke, services, unique
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
+
+AGENTS = "tests.support.cancel_agents:registry"
+SESSIONS = 12
+
+
+def _cancel(session_id: str) -> dict[str, object]:
+    return {
+        "type": "cancel",
+        "schema_version": 1,
+        "command_id": unique("x"),
+        "session_id": session_id,
+    }
+
+
+async def _session_keys(cluster: Cluster) -> set[bytes]:
+    """Every key committed to the sessions topic so far."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=cluster.bootstrap,
+        group_id=None,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(cluster.topics.sessions, p) for p in range(cluster.partitions)]
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        keys: set[bytes] = set()
+        while [tp for tp in partitions if await consumer.position(tp) < ends[tp]]:
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                keys.update(record.key for record in records if record.key is not None)
+        return keys
+    finally:
+        await consumer.stop()
+
+
+async def test_a_backlog_read_at_once_answers_covered_commands_before_their_cancel(
+    cluster: Cluster,
+) -> None:
+    pairs = []
+    async with Client(cluster) as client:
+        # Published while no instance runs: the first owner reads both topics in one go.
+        for _ in range(SESSIONS):
+            s = unique("s")
+            command, cancel = invoke(s, "hello", agent="simple"), _cancel(s)
+            await client.send(command)
+            await client.send(cancel, topic=cluster.topics.control)
+            pairs.append((command["command_id"], str(cancel["command_id"])))
+        with services() as procs:
+            proc = cluster.start(CAIRN_AGENTS=AGENTS)
+            procs.append(proc)
+            await client.wait_results(2 * SESSIONS, 60, alive=proc)
+            await client.caught_up()
+    for command_id, cancel_id in pairs:
+        (skipped,) = client.results_for(command_id)
+        (own,) = client.results_for(cancel_id)
+        assert skipped["stop_reason"] == "cancelled", skipped
+        # Both keyed by the session, so on one results partition: the order is the offsets'.
+        assert skipped["_partition"] == own["_partition"]
+        assert skipped["_offset"] < own["_offset"], (skipped, own)
+        assert own["cancel"] == {"stopped": None, "skipped": [command_id], "resolved": None}
+    assert cluster.model_calls() == []
+
+
+async def test_a_cancel_of_an_unknown_session_writes_no_session_state(cluster: Cluster) -> None:
+    unknown = unique("s")
+    cancel = _cancel(unknown)
+    with services() as procs:
+        proc = cluster.start(CAIRN_AGENTS=AGENTS)
+        procs.append(proc)
+        await proc.wait_ready()
+        async with Client(cluster) as client:
+            await client.send(cancel, topic=cluster.topics.control)
+            own = await client.result(str(cancel["command_id"]), 30, alive=proc)
+            assert own["stop_reason"] == "cancelled" and own["message"] is None, own
+            # The same cancel again: recognised, not answered twice.
+            await client.send(cancel, topic=cluster.topics.control)
+            follow = _cancel(unknown)
+            await client.send(follow, topic=cluster.topics.control)
+            await client.result(str(follow["command_id"]), 30, alive=proc)
+            await client.caught_up()
+    assert len(client.results_for(str(cancel["command_id"]))) == 1
+    # Its result is committed, and so would be a state written with it: there is none.
+    assert unknown.encode() not in await _session_keys(cluster)
+    assert own["cancel"] == {"stopped": None, "skipped": [], "resolved": None}
