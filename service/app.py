@@ -53,7 +53,12 @@ def _tune_gc() -> None:
 
 
 def run_service(settings: Settings) -> None:
-    configure_logging(settings.log_level, fmt="json" if settings.log_json else "text")
+    configure_logging(
+        settings.log_level,
+        fmt="json" if settings.log_json else "text",
+        repeat_limit=settings.log_repeat_limit,
+        repeat_interval_s=settings.log_repeat_interval_s,
+    )
     asyncio.run(serve(settings))
 
 

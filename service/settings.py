@@ -147,6 +147,10 @@ class Settings(BaseSettings):
     health_port: int | None = Field(default=8080, ge=0)
     log_level: str = "INFO"
     log_json: bool = True
+    log_repeat_limit: int = Field(default=5, ge=0)
+    """Warnings and errors of one kind (logger, level, message template, exception types)
+    written per interval; the rest are counted into one line. 0 writes every record."""
+    log_repeat_interval_s: float = Field(default=10.0, gt=0)
 
 
 def process_environment() -> Mapping[str, str]:

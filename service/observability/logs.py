@@ -2,7 +2,8 @@
 
 The tags come from context variables set by :func:`log_context` (inherited by tasks created inside
 it) or from a record's ``extra``; ``extra`` wins. A record never fails to format: values that
-JSON cannot hold are written as their ``str``.
+JSON cannot hold are written as their ``str``. Repeated warnings and errors are rate-limited by
+:class:`~service.observability.log_repeats.RepeatFilter` on the service's handler.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from datetime import UTC, datetime
 from typing import IO, Any, Final, Literal
 
 import orjson
+
+from service.observability.log_repeats import RepeatFilter
 
 CONTEXT_FIELDS: Final = ("session_id", "command_id", "trace_id")
 
@@ -99,20 +102,41 @@ class ContextTextFormatter(logging.Formatter):
 class _ServiceHandler(logging.StreamHandler[IO[str]]):
     """Marks the handler this module installed, so configuring twice replaces it."""
 
+    def close(self) -> None:
+        # Counts of suppressed records still waiting for their interval to end are written now
+        # (``logging.shutdown`` closes every handler at exit).
+        for installed in list(self.filters):
+            if isinstance(installed, RepeatFilter):
+                installed.close()
+        super().close()
+
 
 def configure_logging(
-    level: str | int = "INFO", *, fmt: LogFormat = "json", stream: IO[str] | None = None
+    level: str | int = "INFO",
+    *,
+    fmt: LogFormat = "json",
+    stream: IO[str] | None = None,
+    repeat_limit: int = 0,
+    repeat_interval_s: float = 10.0,
 ) -> logging.Handler:
     """Route the root logger to one handler on ``stream`` (stderr by default); idempotent.
 
-    Returns the installed handler so a caller (a test) can remove it again.
+    With ``repeat_limit`` > 0, of the warnings and errors of one kind only that many per
+    ``repeat_interval_s`` are written, then one line counting the rest (see
+    :mod:`service.observability.log_repeats`). Returns the installed handler so a caller (a test)
+    can remove it again.
     """
     root = logging.getLogger()
     for old in list(root.handlers):
         if isinstance(old, _ServiceHandler):
             root.removeHandler(old)
+            old.close()
     handler = _ServiceHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else ContextTextFormatter())
+    if repeat_limit > 0:
+        handler.addFilter(
+            RepeatFilter(handler.handle, limit=repeat_limit, interval_s=repeat_interval_s)
+        )
     root.addHandler(handler)
     root.setLevel(level.upper() if isinstance(level, str) else level)
     # Library chatter at INFO (every metadata refresh, every connection) drowns the service's own.
