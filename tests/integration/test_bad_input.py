@@ -245,15 +245,20 @@ async def test_oversized_state_is_refused_and_the_session_kept(stage: Stage) -> 
     first = invoke(s, "hello", agent="simple")
     await stage.client.send(first)
     await stage.result(first["command_id"])
-    # Incompressible: the state is stored compressed.
-    huge = invoke(s, base64.b64encode(os.urandom(STATE_LIMIT)).decode(), agent="simple")
+    # Incompressible (the state is stored compressed), and each under the record limit, which
+    # a command must fit too: the second one takes the session over it.
+    half = STATE_LIMIT * 6 // 10
+    grown = invoke(s, base64.b64encode(os.urandom(half)).decode(), agent="simple")
+    await stage.client.send(grown)
+    assert (await stage.result(grown["command_id"]))["stop_reason"] == "end_turn"
+    huge = invoke(s, base64.b64encode(os.urandom(half)).decode(), agent="simple")
     assert await _error(stage, huge) == "limit_exceeded"
     after = invoke(s, "again", agent="simple")
     await stage.client.send(after)
     result = await stage.result(after["command_id"])
     assert result["stop_reason"] == "end_turn", result
-    # The refused prompt never entered the conversation: this is its second turn.
-    assert result["message"]["content"][0]["text"] == "done turn 2"
+    # The refused prompt never entered the conversation: this is its third turn.
+    assert result["message"]["content"][0]["text"] == "done turn 3"
 
 
 async def test_valid_traffic_still_flows(stage: Stage) -> None:

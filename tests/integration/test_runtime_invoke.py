@@ -198,10 +198,12 @@ async def test_a_state_over_the_size_limit_fails_that_command_loudly(cluster: Cl
         procs.append(proc)
         await proc.wait_ready()
         async with Client(cluster) as client:
-            # Random text does not compress: the state would hold it and outgrow the limit.
-            huge = invoke(session, base64.b64encode(os.urandom(30_000)).decode(), agent="simple")
+            # Random text does not compress: the state holds both prompts and outgrows the
+            # limit, which each command alone fits.
+            grown = invoke(session, base64.b64encode(os.urandom(2_400)).decode(), agent="simple")
+            huge = invoke(session, base64.b64encode(os.urandom(2_400)).decode(), agent="simple")
             small = invoke(session, "hi", agent="simple")
-            await client.send(huge, small)
+            await client.send(grown, huge, small)
             await client.result(small["command_id"], alive=proc)
         assert await proc.terminate() == 0
     [failed] = client.results_for(huge["command_id"])
@@ -209,9 +211,9 @@ async def test_a_state_over_the_size_limit_fails_that_command_loudly(cluster: Cl
     assert failed["error"]["code"] == "limit_exceeded"
     assert "exceeds the limit of 4000 bytes" in failed["error"]["message"]
     [after] = client.results_for(small["command_id"])
-    # The failed command left no trace in the session: the next prompt is its first turn.
+    # The failed command left no trace in the session: the next prompt is its second turn.
     assert after["stop_reason"] == "end_turn"
-    assert after["message"]["content"] == [{"text": "done turn 1"}]
+    assert after["message"]["content"] == [{"text": "done turn 2"}]
 
 
 async def test_the_in_flight_bound_pauses_fetching_and_loses_nothing(cluster: Cluster) -> None:
