@@ -32,7 +32,7 @@ from service.runtime.poison import NOT_THE_RECORDS, PoisonGuard
 from service.runtime.records import dlq_record, parse_command, session_key
 from service.runtime.restore import SessionsReader
 from service.runtime.session_queue import SessionQueues
-from service.runtime.transactions import resolve_open_transactions
+from service.runtime.transactions import resolve_open_transactions, vouched
 from service.runtime.work import CommandWork, InputRecord, Outcome
 from service.settings import Settings
 from service.wire.errors import WireError
@@ -188,7 +188,7 @@ class PartitionOwner:
         producer = self._producer
         assert producer is not None
         await producer.start()
-        await resolve_open_transactions(
+        left = await resolve_open_transactions(
             producer,
             self._ctx.sessions,
             [
@@ -196,6 +196,7 @@ class PartitionOwner:
                 for topic in (self._topics.sessions, self._topics.results, self._topics.events)
             ],
             self._ctx.metrics,
+            keep=frozenset((self._topics.results, self._topics.events)),
         )
         if self._seek_on_start:
             await self._seek_to_committed()
@@ -234,6 +235,10 @@ class PartitionOwner:
             agents=self._ctx.agents,
             metrics=self._ctx.metrics,
         )
+        again = vouched(left, store, self._topics.results, self._topics.events)
+        if again:
+            # First of all: what the committed state says happened must be visible.
+            committer.submit(Outcome(records=again))
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(committer.run())
             self._guard = PoisonGuard(

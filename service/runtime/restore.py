@@ -16,6 +16,7 @@ import time
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from service.runtime.clients import reader
+from service.runtime.work import OutRecord
 from service.sessions.store import SessionStore
 from service.settings import KafkaSettings
 
@@ -66,6 +67,37 @@ class SessionsReader:
                 await self._close_all()
                 raise
         return {tp: (stable[tp], end[tp]) for tp in partitions}
+
+    async def read_open(self, tp: TopicPartition, start: int, end: int) -> list[OutRecord]:
+        """The records of ``tp`` from ``start`` to ``end``, committed or not (what a transaction
+        left open there holds)."""
+        async with self._lock:
+            if self._uncommitted is None:
+                self._uncommitted = await _started(
+                    reader(self._kafka, isolation_level="read_uncommitted")
+                )
+            consumer = self._uncommitted
+            found: list[OutRecord] = []
+            try:
+                consumer.assign([tp])
+                consumer.seek(tp, start)
+                while await consumer.position(tp) < end:
+                    batches = await consumer.getmany(tp, timeout_ms=500)
+                    found.extend(
+                        OutRecord(
+                            topic=tp.topic,
+                            key=record.key,
+                            value=record.value,
+                            headers=list(record.headers),
+                            partition=tp.partition,
+                        )
+                        for record in batches.get(tp, ())
+                        if record.offset < end
+                    )
+            except Exception:
+                await self._close_all()
+                raise
+            return found
 
     async def close(self) -> None:
         async with self._lock:

@@ -1,18 +1,25 @@
-"""Open transactions a new owner finds on the partitions it writes, and their repair.
+"""Transactions a new owner finds left open on the partitions it writes, and their repair.
 
-Guarantee: when :func:`resolve_open_transactions` returns, no transaction is open on any of the
-given partitions, so the restore that follows reads every committed record and no later commit
-of this owner can make visible a batch an earlier producer left behind.
+Guarantee: when :func:`resolve_open_transactions` returns, no transaction is open on the given
+partitions, so the restore that follows reads every committed record and no later commit of this
+owner can make visible a batch an earlier producer left behind. What the open batches held of
+``results`` and ``events`` is returned; :func:`vouched` keeps the part the restored session state
+says was committed, for the owner to publish again before anything else.
 
-Why it is needed: only this owner's transactional id writes these partitions, and its
-InitProducerId (already done) aborted whatever transaction the coordinator knew of. A batch the
-coordinator never learnt of (a produce that reached the partition leader while its
-AddPartitionsToTxn did not reach the coordinator, around a broker restart) has no marker coming:
-it holds the partition's last stable offset back for ever, and the next transaction marker of the
-same producer id, a commit, would make it visible. Writing to the partition in a transaction of
-our own and aborting it puts an ABORT marker for our producer id there, which ends every open
-batch of that id on the partition (markers are per producer id, not per epoch), as
-``kafka-transactions.sh abort`` would with WriteTxnMarkers.
+Why batches are left open: only this owner's transactional id writes these partitions, and its
+InitProducerId (already done) completed whatever transaction the coordinator had in flight. Yet a
+batch can stay without a marker: a broker restart may drop a completed transaction's markers for
+partitions that had no leader at that instant (Kafka 4.3.0 to 4.4.0, KAFKA-20734), and a produce
+the coordinator never learnt of (a broker without transaction verification) gets none either.
+Such a batch holds the partition's last stable offset back for ever, and the next marker of the
+same producer id (markers are per producer id, whatever the epoch) would end it, so a commit of
+ours would make it visible next to the work redone since: a step and its events twice.
+
+The repair: an abort-only transaction of ours writes to each such partition, and its ABORT marker
+ends the open batches unseen. Whether their transaction was committed cannot be asked of the
+coordinator any more, so the session state decides: what the committed state records as done
+(an applied command's result, events up to its event sequence number) is published again; the
+rest belongs to a step that is not committed and is redone from the last committed boundary.
 """
 
 from __future__ import annotations
@@ -21,9 +28,12 @@ import asyncio
 import logging
 from typing import Protocol
 
+import orjson
 from aiokafka import AIOKafkaProducer, TopicPartition
 
 from service.observability.metrics import Metrics
+from service.runtime.work import OutRecord
+from service.sessions.store import SessionStore
 
 logger = logging.getLogger(__name__)
 
@@ -32,16 +42,18 @@ PROBE_KEY = b"\x00cairn.txn-probe"
 it is aborted, so no read_committed reader ever sees it."""
 
 SETTLE_S = 1.0
-"""How long a gap between stable offset and end may last before it is taken for a hanging
-transaction (the coordinator may still be writing the markers of one it just aborted)."""
+"""How long a gap between stable offset and end may last before it is taken for a transaction
+left open (the coordinator may still be writing the markers of one it just completed)."""
 
 _POLL_S = 0.05
 
 
-class OffsetsReader(Protocol):
+class OpenTransactionsReader(Protocol):
     async def stable_and_end(
         self, partitions: list[TopicPartition]
     ) -> dict[TopicPartition, tuple[int, int]]: ...
+
+    async def read_open(self, tp: TopicPartition, start: int, end: int) -> list[OutRecord]: ...
 
 
 class HangingTransactionError(RuntimeError):
@@ -50,37 +62,42 @@ class HangingTransactionError(RuntimeError):
 
 async def resolve_open_transactions(
     producer: AIOKafkaProducer,
-    offsets: OffsetsReader,
+    reader: OpenTransactionsReader,
     partitions: list[TopicPartition],
     metrics: Metrics,
     *,
+    keep: frozenset[str] = frozenset(),
     settle_s: float = SETTLE_S,
-) -> None:
+) -> list[OutRecord]:
     """Wait for open transactions on ``partitions`` to end; abort those that do not.
 
-    Raises :class:`HangingTransactionError` when one survives our abort (a producer id other
+    Returns the records the aborted batches held on the topics named in ``keep``. Raises
+    :class:`HangingTransactionError` when a transaction survives our abort (a producer id other
     than ours left it; an operator must abort it, see docs/runtime.md); the owner then fails and
     is re-created later, writing nothing meanwhile.
     """
-    open_now = await _open(offsets, partitions, settle_s)
+    open_now = await _open(reader, partitions, settle_s)
     if not open_now:
-        return
+        return []
+    left: list[OutRecord] = []
     for tp, (stable, end) in open_now.items():
         logger.warning(
-            "topic=<%s>, partition=<%d>, stable_offset=<%d>, end_offset=<%d> | hanging "
-            "transaction found, aborting it before the partition is restored",
+            "topic=<%s>, partition=<%d>, stable_offset=<%d>, end_offset=<%d> | transaction "
+            "left open found, aborting it before the partition is restored",
             tp.topic,
             tp.partition,
             stable,
             end,
         )
+        if tp.topic in keep:
+            left.extend(await reader.read_open(tp, stable, end))
     await producer.begin_transaction()
     try:
         for tp in open_now:
             await producer.send(tp.topic, key=PROBE_KEY, value=None, partition=tp.partition)
     finally:
         await producer.abort_transaction()
-    still_open = await _open(offsets, list(open_now), settle_s)
+    still_open = await _open(reader, list(open_now), settle_s)
     for tp in open_now:
         if tp not in still_open:
             metrics.hanging_transaction_aborted(tp.topic)
@@ -93,20 +110,52 @@ async def resolve_open_transactions(
             f"a transaction of another producer stays open on {described}; "
             "abort it with kafka-transactions.sh (see docs/runtime.md)"
         )
-    logger.warning(
-        "partitions=<%s> | hanging transactions aborted",
-        ",".join(f"{tp.topic}-{tp.partition}" for tp in open_now),
-    )
+    return left
+
+
+def vouched(
+    left: list[OutRecord], store: SessionStore, results_topic: str, events_topic: str
+) -> list[OutRecord]:
+    """The records of aborted batches that the restored session state records as committed:
+    results of commands it lists as applied, events up to its event sequence number."""
+    kept: list[OutRecord] = []
+    for record in left:
+        if record.key == PROBE_KEY or record.value is None:
+            continue
+        try:
+            body = orjson.loads(record.value)
+            stored = store.get(str(body["session_id"]))
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            continue
+        if stored is None:
+            continue
+        if record.topic == results_topic:
+            done = body.get("command_id") in stored.state.applied_commands
+        elif record.topic == events_topic:
+            seq = body.get("seq")
+            done = isinstance(seq, int) and seq <= stored.event_seq
+        else:
+            done = False
+        if done:
+            kept.append(record)
+    if left:
+        logger.warning(
+            "records=<%d>, published_again=<%d> | records of transactions left open: those the "
+            "committed session state records are published again, the rest is redone",
+            len(left),
+            len(kept),
+        )
+    return kept
 
 
 async def _open(
-    offsets: OffsetsReader, partitions: list[TopicPartition], settle_s: float
+    reader: OpenTransactionsReader, partitions: list[TopicPartition], settle_s: float
 ) -> dict[TopicPartition, tuple[int, int]]:
     """The partitions whose stable offset stays below their end for ``settle_s``."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + settle_s
     while True:
-        found = await offsets.stable_and_end(partitions)
+        found = await reader.stable_and_end(partitions)
         gaps = {tp: pair for tp, pair in found.items() if pair[0] < pair[1]}
         if not gaps or loop.time() >= deadline:
             return gaps

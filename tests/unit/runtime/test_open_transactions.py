@@ -4,15 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 from aiokafka import TopicPartition
 
+from service.agent.state import SessionState
 from service.observability.metrics import Metrics
 from service.runtime.transactions import (
     PROBE_KEY,
     HangingTransactionError,
     resolve_open_transactions,
+    vouched,
 )
+from service.runtime.work import OutRecord
+from service.sessions.store import SessionStore, StoredSession
 
 SESSIONS = TopicPartition("t.sessions", 3)
 RESULTS = TopicPartition("t.results", 3)
@@ -38,6 +43,12 @@ class Offsets:
             gap = closes_after is not None and (closes_after < 0 or self.lookups <= closes_after)
             found[tp] = (10, 12) if gap else (12, 12)
         return found
+
+    async def read_open(self, tp: TopicPartition, start: int, end: int) -> list[OutRecord]:
+        return [
+            OutRecord(tp.topic, b"k", f"{tp.topic}@{offset}".encode())
+            for offset in range(start, end)
+        ]
 
     def aborted(self) -> None:
         if self.abort_closes:
@@ -92,13 +103,15 @@ async def test_a_hanging_transaction_is_aborted_on_its_partition_only() -> None:
     offsets = Offsets({SESSIONS: -1}, abort_closes=True)
     producer: Any = Producer(offsets)
     metrics = Metrics()
-    await resolve_open_transactions(
+    left = await resolve_open_transactions(
         producer,
         offsets,
         [SESSIONS, RESULTS],
         metrics,
+        keep=frozenset({SESSIONS.topic}),
         settle_s=0.1,
     )
+    assert [r.value for r in left] == [b"t.sessions@10", b"t.sessions@11"]
     assert producer.calls == [
         ("begin",),
         ("send", SESSIONS.topic, SESSIONS.partition, PROBE_KEY, None),
@@ -122,3 +135,30 @@ async def test_a_gap_our_abort_cannot_end_stops_the_owner() -> None:
         )
     assert ("abort",) in producer.calls
     assert counted(metrics, RESULTS.topic) == 0
+
+
+def test_only_what_the_committed_state_records_is_published_again() -> None:
+    store = SessionStore()
+    state = SessionState(session_id="s1", agent="a")
+    state.mark_applied("done")
+    store.put("s1", StoredSession(state, event_seq=7))
+
+    def result(session: str, command: str) -> OutRecord:
+        body = {"type": "agent_result", "session_id": session, "command_id": command}
+        return OutRecord("t.results", session.encode(), orjson.dumps(body))
+
+    def event(session: str, seq: int) -> OutRecord:
+        body = {"type": "tool_started", "session_id": session, "seq": seq}
+        return OutRecord("t.events", session.encode(), orjson.dumps(body))
+
+    left = [
+        result("s1", "done"),
+        result("s1", "redone"),
+        result("unknown", "done"),
+        event("s1", 7),
+        event("s1", 8),
+        OutRecord("t.results", PROBE_KEY, None),
+        OutRecord("t.results", b"s1", b"not json"),
+    ]
+    kept = vouched(left, store, "t.results", "t.events")
+    assert kept == [left[0], left[3]]

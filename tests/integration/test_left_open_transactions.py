@@ -1,0 +1,132 @@
+"""Transactions left open on a partition an owner writes, repaired before the owner serves.
+
+A broker restart can leave an earlier owner's batches without a marker (see docs/runtime.md,
+"Across broker restarts"). Made here on purpose, on a broker of the test's own that does not
+verify transactional produces: an open result the committed session state records as answered
+must become visible exactly once, an open result it does not record must never become visible,
+and the partition must answer what follows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from aiokafka import AIOKafkaProducer, TopicPartition
+
+from service.agent.state import SessionState
+from service.runtime.clients import reader
+from service.sessions.codec import decode_state, encode_state
+from service.sessions.store import event_seq_header, event_seq_of
+from tests.support.own_broker import own_broker
+from tests.support.runtime_harness import Client, Cluster, invoke, services, unique
+from tests.support.txn_probe import (
+    VERIFICATION_OFF,
+    fabricate_hanging_transaction,
+    partition_offsets,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
+
+
+async def last_state(cluster: Cluster, session_id: str) -> tuple[SessionState, int]:
+    consumer = reader(cluster.kafka)
+    await consumer.start()
+    try:
+        tp = TopicPartition(cluster.topics.sessions, 0)
+        consumer.assign([tp])
+        end = (await consumer.end_offsets([tp]))[tp]
+        await consumer.seek_to_beginning(tp)
+        found = None
+        while await consumer.position(tp) < end:
+            for record in (await consumer.getmany(tp, timeout_ms=500)).get(tp, ()):
+                if record.key == session_id.encode():
+                    found = record
+    finally:
+        await consumer.stop()
+    assert found is not None and found.value is not None
+    return decode_state(found.value), event_seq_of(list(found.headers))
+
+
+def result_value(session_id: str, command_id: str) -> bytes:
+    return orjson.dumps(
+        {
+            "type": "agent_result",
+            "schema_version": 1,
+            "session_id": session_id,
+            "command_id": command_id,
+            "message": {"role": "assistant", "content": [{"text": "left open"}]},
+            "stop_reason": "end_turn",
+            "checkpoint": None,
+            "interrupts": None,
+            "metrics": {},
+            "state": {},
+            "error": None,
+            "metadata": {},
+        }
+    )
+
+
+async def test_open_results_are_published_when_the_state_vouches_for_them(
+    tmp_path: Path,
+) -> None:
+    with own_broker(tmp_path / "kafka", VERIFICATION_OFF) as broker:
+        cluster = Cluster(broker.bootstrap, tmp_path, partitions=1)
+        await cluster.create_topics()
+        session = unique("s")
+        first = invoke(session, "hello", agent="simple")
+        answered, redone, after = unique("c"), unique("c"), unique("c")
+        with services() as procs:
+            proc = cluster.start("first")
+            procs.append(proc)
+            await proc.wait_ready()
+            async with Client(cluster) as client:
+                await client.send(first)
+                await client.result(first["command_id"], 60, alive=proc)
+            assert await proc.terminate() == 0
+
+        # A step that was committed, whose result lost its marker: the state lists it as
+        # applied. And a result of a step that never committed: the state does not.
+        state, seq = await last_state(cluster, session)
+        state.mark_applied(answered)
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+        await producer.start()
+        try:
+            await producer.send_and_wait(
+                cluster.topics.sessions,
+                encode_state(state),
+                key=session.encode(),
+                partition=0,
+                headers=[event_seq_header(seq)],
+            )
+        finally:
+            await producer.stop()
+        results = TopicPartition(cluster.topics.results, 0)
+        transactional_id = f"{cluster.group}-0"
+        for command_id in (answered, redone):
+            await fabricate_hanging_transaction(
+                broker.bootstrap,
+                transactional_id,
+                results,
+                key=session.encode(),
+                value=result_value(session, command_id),
+            )
+        stable, end = await partition_offsets(broker.bootstrap, results)
+        assert stable < end
+
+        with services() as procs:
+            proc = cluster.start("second")
+            procs.append(proc)
+            await proc.wait_ready()
+            async with Client(cluster) as client:
+                await client.send(invoke(session, "and now?", agent="simple", command_id=after))
+                await client.result(after, 60, alive=proc)
+                await client.result(answered, 30, alive=proc)
+                await client.caught_up()
+                assert len(client.results_for(answered)) == 1
+                assert client.results_for(redone) == []
+                assert len(client.results_for(after)) == 1
+            stable, end = await partition_offsets(broker.bootstrap, results)
+            assert stable == end
+            assert proc.alive, proc.text()[-3000:]

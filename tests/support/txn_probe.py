@@ -1,0 +1,118 @@
+"""Probes of open transactions on a partition: its last stable offset against its high watermark,
+and a hanging transaction fabricated on purpose, to test what repairs one.
+
+Guarantee: ``fabricate_hanging_transaction`` returns only once a transactional batch sits on the
+partition that the coordinator never heard of (no AddPartitionsToTxn was sent for it) and whose
+producer is gone without EndTxn: no marker will ever end it, and InitProducerId of the same
+transactional id does not abort it. It needs a broker with
+``transaction.partition.verification.enable=false``; one that verifies refuses the produce.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
+
+VERIFICATION_OFF = {"transaction.partition.verification.enable": "false"}
+"""Broker properties under which a fabricated transaction can reach a partition."""
+
+
+class VerifiedProduceError(RuntimeError):
+    """The broker refused a produce the coordinator did not know of (it verifies)."""
+
+
+async def stable_and_high(
+    bootstrap: str, partitions: Iterable[TopicPartition]
+) -> dict[TopicPartition, tuple[int, int]]:
+    """(last stable offset, high watermark) of each partition; they differ while a transaction
+    is open there."""
+    wanted = list(partitions)
+    ends: dict[str, dict[TopicPartition, int]] = {}
+    for isolation in ("read_committed", "read_uncommitted"):
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap,
+            group_id=None,
+            enable_auto_commit=False,
+            isolation_level=isolation,
+            request_timeout_ms=10_000,
+        )
+        await consumer.start()
+        try:
+            ends[isolation] = await consumer.end_offsets(wanted)
+        finally:
+            await consumer.stop()
+    return {tp: (ends["read_committed"][tp], ends["read_uncommitted"][tp]) for tp in wanted}
+
+
+async def partition_offsets(bootstrap: str, tp: TopicPartition) -> tuple[int, int]:
+    """(last stable offset, high watermark) of one partition."""
+    return (await stable_and_high(bootstrap, [tp]))[tp]
+
+
+async def wait_until_hanging(
+    bootstrap: str, tp: TopicPartition, timeout: float = 30.0
+) -> tuple[int, int]:
+    """Return (last stable offset, high watermark) as soon as the first is below the second."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stable, high = await partition_offsets(bootstrap, tp)
+        if stable < high:
+            return stable, high
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{tp}: no open transaction in {timeout}s (LSO=HW={high})")
+        await asyncio.sleep(0.05)
+
+
+async def fabricate_hanging_transaction(
+    bootstrap: str,
+    transactional_id: str,
+    tp: TopicPartition,
+    *,
+    key: bytes = b"hanging",
+    value: bytes = b"a batch no marker will end",
+    timeout: float = 30.0,
+) -> int:
+    """Append a transactional record to ``tp`` that the coordinator never learns of; return its
+    offset. The producer (InitProducerId done, so a later one of the same id gets the next
+    epoch) is stopped without ending its transaction.
+
+    Raises :class:`VerifiedProduceError` when the broker verifies transactional produces.
+    """
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        transactional_id=transactional_id,
+        request_timeout_ms=10_000,
+    )
+    await producer.start()
+    try:
+        await producer.begin_transaction()
+        # aiokafka sends AddPartitionsToTxn (and holds the produce back) only for partitions it
+        # has not added to the current transaction; one it takes for added goes straight to
+        # the partition leader.
+        producer._txn_manager._txn_partitions.add(tp)
+        try:
+            async with asyncio.timeout(timeout):
+                metadata = await producer.send_and_wait(
+                    tp.topic, value, key=key, partition=tp.partition
+                )
+        except (KafkaError, TimeoutError) as error:
+            raise VerifiedProduceError(
+                f"{tp}: the broker refused a produce outside the coordinator's knowledge "
+                f"({error!r}); start it with {VERIFICATION_OFF}"
+            ) from error
+    finally:
+        # stop() flushes and closes; it never sends EndTxn, so the transaction stays open.
+        await producer.stop()
+    offset: int = metadata.offset
+    return offset
+
+
+async def fence(bootstrap: str, transactional_id: str) -> None:
+    """InitProducerId of ``transactional_id`` (the next epoch), as a new owner's producer does."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=transactional_id)
+    await producer.start()
+    await producer.stop()
