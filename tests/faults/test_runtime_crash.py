@@ -24,13 +24,14 @@ from typing import Any
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from tests.support.runtime_harness import (
     REPO,
     Client,
     Cluster,
+    committed_records,
     invoke,
     services,
     unique,
@@ -191,33 +192,15 @@ async def _answered_past_committed_offsets(cluster: Cluster, answered: set[str])
         committed = await admin.list_consumer_group_offsets(cluster.group)
     finally:
         await admin.close()
-    partitions = [TopicPartition(cluster.topics.commands, p) for p in range(cluster.partitions)]
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=cluster.bootstrap,
-        group_id=None,
-        isolation_level="read_committed",
-        enable_auto_commit=False,
-    )
-    await consumer.start()
     reread: set[str] = set()
-    try:
-        consumer.assign(partitions)
-        await consumer.seek_to_beginning(*partitions)
-        ends = await consumer.end_offsets(partitions)
-        deadline = time.monotonic() + 30
-        while True:
-            positions = {tp: await consumer.position(tp) for tp in partitions}
-            if all(positions[tp] >= ends[tp] for tp in partitions):
-                break
-            assert time.monotonic() < deadline, f"commands not read: {positions} < {ends}"
-            for tp, records in (await consumer.getmany(timeout_ms=200)).items():
-                start = max(committed[tp].offset, 0) if tp in committed else 0
-                for record in records:
-                    command_id = orjson.loads(record.value)["command_id"]
-                    if command_id in answered and record.offset >= start:
-                        reread.add(command_id)
-    finally:
-        await consumer.stop()
+    for record in await committed_records(
+        cluster.bootstrap, cluster.topics.commands, cluster.partitions
+    ):
+        tp = TopicPartition(record.topic, record.partition)
+        start = max(committed[tp].offset, 0) if tp in committed else 0
+        command_id = orjson.loads(record.value)["command_id"]
+        if command_id in answered and record.offset >= start:
+            reread.add(command_id)
     return reread
 
 

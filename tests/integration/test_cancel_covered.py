@@ -8,9 +8,15 @@ session state.
 from __future__ import annotations
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from tests.support.runtime_harness import Client, Cluster, invoke, services, unique
+from tests.support.runtime_harness import (
+    Client,
+    Cluster,
+    committed_records,
+    invoke,
+    services,
+    unique,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
@@ -29,25 +35,10 @@ def _cancel(session_id: str) -> dict[str, object]:
 
 async def _session_keys(cluster: Cluster) -> set[bytes]:
     """Every key committed to the sessions topic so far."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=cluster.bootstrap,
-        group_id=None,
-        isolation_level="read_committed",
-        enable_auto_commit=False,
+    records = await committed_records(
+        cluster.bootstrap, cluster.topics.sessions, cluster.partitions
     )
-    await consumer.start()
-    try:
-        partitions = [TopicPartition(cluster.topics.sessions, p) for p in range(cluster.partitions)]
-        consumer.assign(partitions)
-        await consumer.seek_to_beginning(*partitions)
-        ends = await consumer.end_offsets(partitions)
-        keys: set[bytes] = set()
-        while [tp for tp in partitions if await consumer.position(tp) < ends[tp]]:
-            for records in (await consumer.getmany(timeout_ms=500)).values():
-                keys.update(record.key for record in records if record.key is not None)
-        return keys
-    finally:
-        await consumer.stop()
+    return {record.key for record in records if record.key is not None}
 
 
 async def test_a_backlog_read_at_once_answers_covered_commands_before_their_cancel(

@@ -15,12 +15,17 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 
-from service.agent.state import SessionState
-from service.runtime.clients import reader
-from service.sessions.codec import decode_state, encode_state
-from service.sessions.store import event_seq_header, event_seq_of
+from service.sessions.codec import encode_state
+from service.sessions.store import event_seq_header
 from tests.support.own_broker import own_broker
-from tests.support.runtime_harness import Client, Cluster, invoke, services, unique
+from tests.support.runtime_harness import (
+    Client,
+    Cluster,
+    invoke,
+    last_session_state,
+    services,
+    unique,
+)
 from tests.support.txn_probe import (
     VERIFICATION_OFF,
     fabricate_hanging_transaction,
@@ -28,25 +33,6 @@ from tests.support.txn_probe import (
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
-
-
-async def last_state(cluster: Cluster, session_id: str) -> tuple[SessionState, int]:
-    consumer = reader(cluster.kafka)
-    await consumer.start()
-    try:
-        tp = TopicPartition(cluster.topics.sessions, 0)
-        consumer.assign([tp])
-        end = (await consumer.end_offsets([tp]))[tp]
-        await consumer.seek_to_beginning(tp)
-        found = None
-        while await consumer.position(tp) < end:
-            for record in (await consumer.getmany(tp, timeout_ms=500)).get(tp, ()):
-                if record.key == session_id.encode():
-                    found = record
-    finally:
-        await consumer.stop()
-    assert found is not None and found.value is not None
-    return decode_state(found.value), event_seq_of(list(found.headers))
 
 
 def result_value(session_id: str, command_id: str) -> bytes:
@@ -88,7 +74,7 @@ async def test_open_results_are_published_when_the_state_vouches_for_them(
 
         # A step that was committed, whose result lost its marker: the state lists it as
         # applied. And a result of a step that never committed: the state does not.
-        state, seq = await last_state(cluster, session)
+        state, seq = await last_session_state(cluster, session)
         state.mark_applied(answered)
         producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
         await producer.start()

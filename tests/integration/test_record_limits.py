@@ -15,18 +15,16 @@ from typing import Any
 import orjson
 import pytest
 import pytest_asyncio
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from service.agent.state import SessionState
-from service.runtime.clients import reader
-from service.sessions.codec import decode_state
 from service.wire.dlq import DLQ_CODE, DLQ_REASON, DLQ_TRUNCATED_FROM
 from tests.support.runtime_harness import (
     Client,
     Cluster,
     invoke,
+    last_session_state,
     services,
     unique,
     wait_for,
@@ -68,25 +66,6 @@ async def send_raw(bootstrap: str, topic: str, key: bytes, value: bytes) -> None
         await producer.send_and_wait(topic, key=key, value=value)
     finally:
         await producer.stop()
-
-
-async def last_state(cluster: Cluster, session_id: str) -> SessionState:
-    consumer = reader(cluster.kafka)
-    await consumer.start()
-    try:
-        tp = TopicPartition(cluster.topics.sessions, 0)
-        consumer.assign([tp])
-        end = (await consumer.end_offsets([tp]))[tp]
-        await consumer.seek_to_beginning(tp)
-        value = None
-        while await consumer.position(tp) < end:
-            for record in (await consumer.getmany(tp, timeout_ms=500)).get(tp, ()):
-                if record.key == session_id.encode():
-                    value = record.value
-    finally:
-        await consumer.stop()
-    assert value is not None
-    return decode_state(value)
 
 
 async def test_commands_around_the_limit_never_stop_the_partition(stage: Stage) -> None:
@@ -194,7 +173,7 @@ async def test_an_output_the_broker_refuses_is_answered_small_and_the_partition_
             assert after["stop_reason"] == "end_turn"
             # The refused command left only its mark in the session, so the next turn's history
             # holds that turn alone and a re-read of the refused command is not run again.
-            state = await last_state(cluster, session)
+            state, _ = await last_session_state(cluster, session)
             assert len(state.messages) == 2
             assert refused["command_id"] in state.applied_commands
 

@@ -25,7 +25,10 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from service.agent.state import SessionState
 from service.runtime.topics import create_topics
+from service.sessions.codec import decode_state
+from service.sessions.store import event_seq_of
 from service.settings import KafkaSettings, TopicSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -110,6 +113,42 @@ class Cluster:
 
     def model_calls(self) -> list[dict[str, Any]]:
         return _read_jsonl(self.model_log)
+
+
+async def committed_records(bootstrap: str, topic: str, partitions: int) -> list[Any]:
+    """Every record a read_committed reader gets from ``topic`` now, in log order per partition
+    (aiokafka's ``ConsumerRecord``s, with their offsets)."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    found: list[Any] = []
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        deadline = time.monotonic() + 30
+        while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
+            assert time.monotonic() < deadline, f"{topic} not read to {ends} in 30 s"
+            for records in (await consumer.getmany(timeout_ms=200)).values():
+                found.extend(records)
+    finally:
+        await consumer.stop()
+    found.sort(key=lambda record: (record.partition, record.offset))
+    return found
+
+
+async def last_session_state(cluster: Cluster, session_id: str) -> tuple[SessionState, int]:
+    """The session's committed state and the event seq its record carries."""
+    records = await committed_records(
+        cluster.bootstrap, cluster.topics.sessions, cluster.partitions
+    )
+    [*_, last] = [r for r in records if r.key == session_id.encode()]
+    return decode_state(last.value), event_seq_of(list(last.headers))
 
 
 async def create_topics_raw(bootstrap: str, counts: dict[str, int]) -> None:
