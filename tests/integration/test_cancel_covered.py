@@ -54,7 +54,10 @@ async def test_a_backlog_read_at_once_answers_covered_commands_before_their_canc
             await client.send(cancel, topic=cluster.topics.control)
             pairs.append((command["command_id"], str(cancel["command_id"])))
         with services() as procs:
-            proc = cluster.start(CAIRN_AGENTS=AGENTS)
+            # One fetch takes the whole backlog (the default takes 20 records at a time), so
+            # each partition's commands and cancels are routed in one pass, as the guarantee
+            # under test assumes.
+            proc = cluster.start(CAIRN_AGENTS=AGENTS, CAIRN_RUNTIME__FETCH_MAX_RECORDS="100")
             procs.append(proc)
             await client.wait_results(2 * SESSIONS, 60, alive=proc)
             await client.caught_up()
