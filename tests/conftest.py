@@ -7,30 +7,23 @@ when the session ends (and killed with the test process if that dies first).
 from __future__ import annotations
 
 import asyncio
-import importlib
 import os
 import re
-import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import for_code
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-LOCAL_KAFKA_DIR = REPO_ROOT / "deploy" / "local-kafka"
 
 # An external broker ("host:port") takes precedence over anything started here.
 BOOTSTRAP_ENV = "CAIRN_TEST_BOOTSTRAP"
 # "testcontainers" runs the broker in Docker; anything else starts the local Maven-built broker.
 KAFKA_MODE_ENV = "CAIRN_TEST_KAFKA"
-# A directory for local broker data that an outer script cleans up (CI stops brokers found there).
-KAFKA_DIR_ENV = "CAIRN_TEST_KAFKA_DIR"
 
 CreateTopics = Callable[..., Awaitable[list[str]]]
 
@@ -41,44 +34,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.kafka)
 
 
-def _local_kafka() -> ModuleType:
-    if str(LOCAL_KAFKA_DIR) not in sys.path:
-        sys.path.insert(0, str(LOCAL_KAFKA_DIR))
-    return importlib.import_module("kafka_local")
-
-
-def _two_free_ports(kafka_local: ModuleType) -> tuple[int, int]:
-    port: int = kafka_local.free_port()
-    controller_port: int = kafka_local.free_port()
-    while controller_port == port:
-        controller_port = kafka_local.free_port()
-    return port, controller_port
-
-
 def _local_broker(base: Path) -> Iterator[str]:
-    kafka_local = _local_kafka()
-    attempts = 3
-    for attempt in range(1, attempts + 1):
-        port, controller_port = _two_free_ports(kafka_local)
-        config = kafka_local.BrokerConfig(
-            data_dir=Path(tempfile.mkdtemp(prefix="broker-", dir=base)),
-            port=port,
-            controller_port=controller_port,
-            die_with_parent=True,
-        )
-        broker = kafka_local.LocalBroker(config)
-        try:
-            broker.start(timeout=180.0)
-        except kafka_local.BrokerError as error:
-            # Free ports can be taken by another process between the probe and the bind.
-            if attempt == attempts or "in use" not in str(error):
-                raise
-            continue
-        try:
-            yield config.bootstrap
-        finally:
-            broker.stop()
-        return
+    from tests.support.own_broker import own_broker
+
+    with own_broker(base, fast_transaction_cleanup=False) as broker:
+        yield broker.bootstrap
 
 
 def _container_broker() -> Iterator[str]:
@@ -107,13 +67,8 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if os.environ.get(KAFKA_MODE_ENV) == "testcontainers":
         yield from _container_broker()
         return
-    kafka_dir = os.environ.get(KAFKA_DIR_ENV)
-    if kafka_dir:
-        base = Path(kafka_dir)
-        base.mkdir(parents=True, exist_ok=True)
-    else:
-        base = tmp_path_factory.mktemp("kafka")
-    yield from _local_broker(base)
+    # Under $CAIRN_TEST_KAFKA_DIR when that is set (CI stops what it finds there).
+    yield from _local_broker(tmp_path_factory.mktemp("kafka"))
 
 
 @pytest.fixture

@@ -111,18 +111,25 @@ def _two_free_ports(kafka_local: ModuleType) -> tuple[int, int]:
 
 @contextlib.contextmanager
 def own_broker(
-    fallback_base: Path, extra_properties: Mapping[str, str] | None = None
+    fallback_base: Path,
+    extra_properties: Mapping[str, str] | None = None,
+    *,
+    fast_transaction_cleanup: bool = True,
 ) -> Iterator[OwnBroker]:
-    """Start a broker for the calling test alone; it is stopped when the context ends.
+    """Start a broker for the caller alone; it is stopped when the context ends.
 
     Its data goes under ``$CAIRN_TEST_KAFKA_DIR`` when that is set (CI stops what it finds
-    there), else under ``fallback_base``.
+    there), else under ``fallback_base``. The suite's shared broker is one too, started with the
+    broker's own defaults (``fast_transaction_cleanup=False``).
     """
     kafka_local = _kafka_local()
     env_base = os.environ.get(KAFKA_DIR_ENV)
     base = Path(env_base) if env_base else fallback_base
     base.mkdir(parents=True, exist_ok=True)
-    properties = {**FAST_TRANSACTION_CLEANUP, **(extra_properties or {})}
+    properties = {
+        **(FAST_TRANSACTION_CLEANUP if fast_transaction_cleanup else {}),
+        **(extra_properties or {}),
+    }
     attempts = 3
     for attempt in range(1, attempts + 1):
         port, controller_port = _two_free_ports(kafka_local)
