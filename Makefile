@@ -29,6 +29,7 @@ help:
 	@echo "make bench-engine  engine alone vs the reference SDK (ENGINE_BENCH_ARGS=--check ...)"
 	@echo "make bench         runtime: steps/s, e2e latency, takeover (RUNTIME_BENCH_ARGS=...)"
 	@echo "make bench-txn     what one partition commit costs: CPU and round trips (TXN_BENCH_ARGS=...)"
+	@echo "make bench-state   session state: bytes/CPU per step, restore MB/s, RSS (STATE_BENCH_ARGS=...)"
 	@echo "make clean         remove caches;  make distclean: also $(VENV), jars and .kafka/"
 
 # ---- setup ------------------------------------------------------------------------------------
@@ -120,6 +121,14 @@ TXN_BENCH_ARGS ?=
 .PHONY: bench-txn
 bench-txn: $(INSTALLED)
 	$(BIN)/python bench/txn_cost.py $(TXN_BENCH_ARGS)
+
+# Session state as head + history records: bytes and CPU per step by history length, restore
+# MB/s cold and warm (needs a broker: make kafka-up or CAIRN_TEST_BOOTSTRAP; skipped when none
+# listens), RSS by session count. Opt-in: --restore-mb 100,1000 --sessions 200000 --runtime.
+STATE_BENCH_ARGS ?=
+.PHONY: bench-state
+bench-state: $(INSTALLED)
+	$(BIN)/python -m bench.state_bench $(STATE_BENCH_ARGS)
 
 # ---- housekeeping -----------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr, model_validator
@@ -91,10 +92,31 @@ class RuntimeSettings(BaseModel):
     revoke_grace_s: float = Field(default=5.0, ge=0)
     """On revocation or shutdown, how long in-flight steps may run to reach a commit."""
     state_record_max_bytes: int = Field(default=900_000, gt=0)
-    """Largest encoded session state (and result) record; above it the command fails."""
+    """Largest record Cairn reads or writes: a command or cancel above it is dead-lettered, a
+    result above it is answered with a small error, a longer history record is split."""
     fetch_max_records: int = Field(default=20, gt=0)
     """Records per fetch; every command fetched at once runs before the loop polls I/O again, so
     this bounds how long a commit's next round trip waits behind engine steps."""
+
+
+class SessionSettings(BaseModel):
+    """The local session store: where it lives on disk and how much of it stays in memory."""
+
+    store_dir: Path | None = None
+    """Folder of the local store (one SQLite file per owned partition). Keep it on a volume that
+    outlives the process, and a restart reads only the changelog's tail; unset means a fresh
+    temporary folder per process (removed at exit), so every start restores from the topic."""
+    cache_max_bytes: int = Field(default=128 * 1024 * 1024, ge=0)
+    """Decoded sessions held in memory, in bytes of their JSON; the rest are read from the
+    store when touched. Sessions with writes not yet committed stay in memory whatever this is."""
+    result_max_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    """Largest tool result kept (bytes of its JSON); a larger one reaches the model as an error
+    result instead (docs/runtime.md has the text). Results above the record limit are split
+    across records."""
+    local_max_age_s: float = Field(default=12 * 3600.0, gt=0)
+    """A local store last written longer ago is rebuilt from the topic, not trusted: a session
+    deleted meanwhile leaves only tombstones, which compaction removes after the topic's
+    ``delete.retention.ms`` (24 h by default); keep this below it."""
 
 
 FaultPoint = Literal["after_produce_before_commit", "after_commit"]
@@ -129,6 +151,7 @@ class Settings(BaseSettings):
     topics: TopicSettings = TopicSettings()
     group: GroupSettings = GroupSettings()
     runtime: RuntimeSettings = RuntimeSettings()
+    sessions: SessionSettings = SessionSettings()
     faults: FaultSettings = FaultSettings()
 
     @model_validator(mode="after")

@@ -3,7 +3,8 @@
 Guarantees: a tool runs only if no before-hook interrupted or skipped it and no cancel was seen
 before the batch started; a running tool is never killed (cancel is cooperative) and its real
 result is kept; whatever a tool returns or raises (a stray ``CancelledError`` included) ends as a
-result the session can store, and agent state stays storable; results land in ``run.results``
+result the session can store, no larger than ``result_max_bytes`` (else the error result of
+``result_too_large_text``), and agent state stays storable; results land in ``run.results``
 by toolUseId, interrupts raised in ``run.raised`` in toolUse order. Before-tools and after-tools
 hooks fire for every batch a cancel stops, the after-tools event carrying every result the batch
 will append, synthetic ones included.
@@ -58,6 +59,8 @@ class BatchRun:
     agent_state: dict[str, Any]
     metrics: InvocationMetrics
     state_guard: StateGuard
+    result_max_bytes: int | None = None
+    """The invocation's ``result_max_bytes``: the largest tool result kept (None: no limit)."""
     raised: dict[str, Interrupt] = field(default_factory=dict)
     """Interrupts raised by this run, by toolUseId ("" for the before-tools hook)."""
     stopped: bool = False
@@ -83,8 +86,13 @@ async def _before_call(run: BatchRun, use: dict[str, Any], tool: Tool | None) ->
         return _SKIP
     if event.cancel_tool:
         text = event.cancel_tool if isinstance(event.cancel_tool, str) else TOOL_CANCELLED_TEXT
-        return checked_result(use["toolUseId"], error_result(use["toolUseId"], text))
+        return _checked(run, use["toolUseId"], error_result(use["toolUseId"], text))
     return None
+
+
+def _checked(run: BatchRun, tool_use_id: str, block: Any) -> ContentBlock:
+    """``block`` storable and within the invocation's maximum result size, or its error result."""
+    return checked_result(tool_use_id, block, run.result_max_bytes, session_id=run.session_id)
 
 
 def _cancelling() -> bool:
@@ -113,7 +121,8 @@ async def _call(run: BatchRun, use: dict[str, Any], tool: Tool | None) -> Conten
     started = time.perf_counter()
     exception: BaseException | None = None
     if tool is None:
-        block = error_result(tool_use_id, unknown_tool_text(name))
+        # The name is the model's: measured too, so no result escapes the maximum size.
+        block = _checked(run, tool_use_id, error_result(tool_use_id, unknown_tool_text(name)))
     else:
         context = ToolContext(
             run.session_id,
@@ -143,16 +152,17 @@ async def _call(run: BatchRun, use: dict[str, Any], tool: Tool | None) -> Conten
             block = error_result(tool_use_id, error_text(exc))
         else:
             block = tool_result(tool_use_id, value)
-        block = checked_result(tool_use_id, block)
+        block = _checked(run, tool_use_id, block)
         refused = _check_state(run, use)
         if refused is not None:
-            block = state_refused(block, refused)
+            # Rare: the explanation grows the result, so it is measured again.
+            block = _checked(run, tool_use_id, state_refused(block, refused))
     hooks = run.agent.hook_registry
     if hooks.has(AfterToolCallEvent):
         event = AfterToolCallEvent(run.agent, run.session_id, use, tool, block, exception)
         await hooks.fire(event)
         # A hook may replace or edit the result: the session must be able to store that too.
-        block = checked_result(tool_use_id, event.result)
+        block = _checked(run, tool_use_id, event.result)
     elapsed_ms = (time.perf_counter() - started) * 1000.0
     run.metrics.tool(name, elapsed_ms, error=result_status(block) == "error")
     return block

@@ -34,6 +34,9 @@ class Invocation:
     checkpointing: bool | None = None
     limits: Limits | None = None
     invocation_state: dict[str, Any] | None = None
+    result_max_bytes: int | None = None
+    """The largest tool result kept, in bytes of the result block's JSON encoding; a larger
+    one is replaced by an error result (``RESULT_TOO_LARGE_TEXT``). None: no limit."""
 
 
 Step = Literal["model", "tools"]

@@ -191,6 +191,7 @@ async def run_invocation(
             ws.agent_state,
             metrics,
             run.state_guard,
+            invocation.result_max_bytes,
         )
         async for event in run_batch(batch):
             yield event

@@ -24,6 +24,17 @@ VALIDATION_PREFIX = "Validation failed for input parameters: "
 RESULT_STATUSES = ("success", "error")
 
 
+RESULT_TOO_LARGE_TEXT = (
+    "tool result of {size} bytes exceeds the maximum of {limit} bytes; it was not kept"
+)
+"""The error result's text for a tool result above ``Invocation.result_max_bytes``: ``size`` is
+the length in bytes of the result block's JSON encoding (the session codec's encoder)."""
+
+
+def result_too_large_text(size: int, limit: int) -> str:
+    return RESULT_TOO_LARGE_TEXT.format(size=size, limit=limit)
+
+
 def unknown_tool_text(name: str) -> str:
     return f"Unknown tool: {name}"
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from service.agent.types import Checkpoint, ContentBlock, Interrupt, Message
 
-SESSION_STATE_VERSION = 1
+SESSION_STATE_VERSION = 2
 APPLIED_COMMANDS_KEPT = 256
 """How many applied command ids a session remembers for de-duplication (oldest dropped)."""
 OPTIONAL_KEYS = ("cancelled_before_ms", "inflight_published_ms")

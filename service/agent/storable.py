@@ -1,20 +1,29 @@
 """What a session can store, decided by the session codec's own encoder (orjson, same options).
 
 Guarantees: a tool result that leaves :func:`checked_result` is a valid toolResult in exactly
-the form a restored session would hold it, or else the tool's error result saying why not; an
+the form a restored session would hold it, no larger than the maximum it was given, or else the
+tool's error result saying why not (kept whatever its own size); an
 agent-state dict watched by :class:`StateGuard` is encodable after every check, each top-level
 key that was not being put back to its value at the previous check (dropped if it had none).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import orjson
 
 from service.agent.errors import UnstorableError
-from service.agent.results import error_result, result_problem, unstorable_text
+from service.agent.results import (
+    error_result,
+    result_problem,
+    result_too_large_text,
+    unstorable_text,
+)
 from service.agent.types import ContentBlock
+
+logger = logging.getLogger(__name__)
 
 SESSION_JSON_OPTIONS = 0
 """The orjson options ``service.sessions.codec`` encodes session states with (none): this layer
@@ -34,11 +43,16 @@ def stored_form(value: Any) -> Any:
         raise UnstorableError(str(exc)) from exc
 
 
-def checked_result(tool_use_id: str, block: Any) -> ContentBlock:
+def checked_result(
+    tool_use_id: str, block: Any, max_bytes: int | None = None, *, session_id: str = ""
+) -> ContentBlock:
     """The toolResult block ``block`` in stored form, or an error result saying why it cannot be.
 
     Checked here rather than when the state is encoded: there a failure would fail the whole
-    command after the tool's side effect, and every retry would run the tool again.
+    command after the tool's side effect, and every retry would run the tool again. A block
+    whose encoding is longer than ``max_bytes`` (None: no limit) becomes the error result of
+    :func:`~service.agent.results.result_too_large_text`; the size is measured on the one
+    encoding the storability check makes anyway, so it costs nothing more.
     """
     result = block.get("toolResult") if isinstance(block, dict) else None
     if not isinstance(result, dict) or len(block) != 1:
@@ -47,9 +61,21 @@ def checked_result(tool_use_id: str, block: Any) -> ContentBlock:
     if problem is not None:
         return error_result(tool_use_id, unstorable_text(problem))
     try:
-        stored: ContentBlock = stored_form(block)
-    except UnstorableError as exc:
+        encoded = orjson.dumps(block, option=SESSION_JSON_OPTIONS)
+    except orjson.JSONEncodeError as exc:
         return error_result(tool_use_id, unstorable_text(str(exc)))
+    size = len(encoded)
+    if max_bytes is not None and size > max_bytes:
+        logger.warning(
+            "session_id=<%s>, tool_use_id=<%s>, size=<%d>, limit=<%d> | tool result too large,"
+            " replaced by an error result",
+            session_id,
+            tool_use_id,
+            size,
+            max_bytes,
+        )
+        return error_result(tool_use_id, result_too_large_text(size, max_bytes))
+    stored: ContentBlock = orjson.loads(encoded)
     return stored
 
 

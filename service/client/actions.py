@@ -15,7 +15,7 @@ from service.client import commands, render
 from service.client.kafka_io import ClientError, Reader, Seen, publish
 from service.client.pause import Pause
 from service.settings import Settings
-from service.wire.commands import CancelCommand, InvokeCommand, ResumeCommand
+from service.wire.commands import CancelCommand, DeleteCommand, InvokeCommand, ResumeCommand
 
 Write = Callable[[str], None]
 
@@ -39,7 +39,7 @@ def _exit_code(result: dict[str, Any]) -> int:
 
 async def _send_and_follow(
     settings: Settings,
-    command: InvokeCommand | ResumeCommand | CancelCommand,
+    command: InvokeCommand | ResumeCommand | CancelCommand | DeleteCommand,
     options: WaitOptions,
     write: Write,
     *,
@@ -185,6 +185,21 @@ async def cancel(
     )
 
 
+async def delete_session(
+    settings: Settings,
+    *,
+    session_id: str,
+    command_id: str | None,
+    options: WaitOptions,
+    write: Write = print,
+) -> int:
+    """Publish a delete of the session; with a wait, print its result (what it removed)."""
+    command = commands.delete(session_id, command_id=command_id)
+    return await _send_and_follow(
+        settings, command, options, write, answers_command=command.command_id
+    )
+
+
 async def watch(
     settings: Settings,
     *,
@@ -227,16 +242,27 @@ def write_seen(
 
 
 async def session_state(settings: Settings, session_id: str) -> dict[str, Any] | None:
-    """The session's latest committed state from the compacted sessions topic, as a dict."""
-    from service.sessions.codec import decode_state
+    """The session's latest committed state from the compacted sessions topic, as a dict (its
+    head record joined with its history records)."""
+    from service.sessions.codec import decode_session
+    from service.sessions.history import prefix
 
     async with Reader(
-        settings.kafka, [settings.topics.sessions], session_id=session_id, from_beginning=True
+        settings.kafka,
+        [settings.topics.sessions],
+        session_id=session_id,
+        from_beginning=True,
+        key_prefix=prefix(session_id),
     ) as scan:
         records = await scan.scan()
-    if not records or records[-1].raw is None:
+    latest: dict[bytes, bytes | None] = {}
+    for record in records:
+        latest[record.raw_key or b""] = record.raw
+    head = latest.pop(session_id.encode(), None)
+    if head is None:
         return None
-    state: dict[str, Any] = decode_state(records[-1].raw).to_dict()
+    history = {key: value for key, value in latest.items() if value is not None}
+    state: dict[str, Any] = decode_session(head, history).state.to_dict()
     return state
 
 

@@ -108,6 +108,19 @@ async def _session_show(args: argparse.Namespace, settings: Settings) -> int:
     )
 
 
+async def _session_delete(args: argparse.Namespace, settings: Settings) -> int:
+    # A delete has no events of its own: only its result is awaited (unless --no-wait).
+    options = actions.WaitOptions(
+        wait=not args.no_wait,
+        timeout_s=args.timeout,
+        show_events=False,
+        connection=_connection(args),
+    )
+    return await actions.delete_session(
+        settings, session_id=args.session, command_id=args.command_id, options=options
+    )
+
+
 def register_client_commands(subparsers: Subparsers) -> None:
     """Add the client's subcommands; each is handled by :func:`run_client_command`."""
     p = subparsers.add_parser("invoke", help="run an agent on a prompt in a session")
@@ -156,6 +169,19 @@ def register_client_commands(subparsers: Subparsers) -> None:
     show.add_argument("--results", type=int, default=3, help="how many results (default: 3)")
     _add_common(show, waits=False)
     show.set_defaults(handler=run_client_command, client_action=_session_show)
+    delete = session_commands.add_parser(
+        "delete", help="delete a session: stop what it runs, skip what it queued, drop its state"
+    )
+    delete.add_argument("--session", required=True, help="session id (also the record key)")
+    delete.add_argument("--command-id", help="the command id (default: a new random one)")
+    delete.add_argument(
+        "--no-wait", action="store_true", help="publish only; do not wait for the result"
+    )
+    delete.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds to wait (default: 120)"
+    )
+    _add_common(delete, waits=False)
+    delete.set_defaults(handler=run_client_command, client_action=_session_delete)
 
 
 def run_client_command(args: argparse.Namespace, settings: Settings | None = None) -> int:

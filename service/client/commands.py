@@ -13,10 +13,10 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import ValidationError
 
-from service.wire.commands import CancelCommand, InvokeCommand, ResumeCommand
+from service.wire.commands import CancelCommand, DeleteCommand, InvokeCommand, ResumeCommand
 
-AnyCommand = InvokeCommand | ResumeCommand | CancelCommand
-C = TypeVar("C", InvokeCommand, ResumeCommand, CancelCommand)
+AnyCommand = InvokeCommand | ResumeCommand | CancelCommand | DeleteCommand
+C = TypeVar("C", InvokeCommand, ResumeCommand, CancelCommand, DeleteCommand)
 
 
 class CommandInputError(ValueError):
@@ -104,6 +104,15 @@ def cancel(
     if after_current_tools:
         body["after_current_tools"] = True
     return _validated(CancelCommand, body)
+
+
+def delete(session_id: str, *, command_id: str | None = None) -> DeleteCommand:
+    body = {
+        "type": "delete",
+        "command_id": command_id or new_command_id(),
+        "session_id": session_id,
+    }
+    return _validated(DeleteCommand, body)
 
 
 def encode(command: AnyCommand) -> bytes:

@@ -46,6 +46,7 @@ class Seen:
     key: str | None
     body: dict[str, Any] | None
     raw: bytes | None
+    raw_key: bytes | None = None
 
     @property
     def session_id(self) -> str | None:
@@ -113,10 +114,14 @@ class Reader:
         *,
         session_id: str | None = None,
         from_beginning: bool = False,
+        key_prefix: bytes | None = None,
     ) -> None:
+        """``key_prefix``: also keep records whose key starts with it (a session's history
+        records on the sessions topic, beside its head)."""
         self._kafka = kafka
         self._topics = list(topics)
         self._session_id = session_id
+        self._key_prefix = key_prefix
         self._from_beginning = from_beginning
         self._consumer: AIOKafkaConsumer | None = None
         self.partitions: list[TopicPartition] = []
@@ -174,10 +179,15 @@ class Reader:
         batches = await self._consumer.getmany(timeout_ms=_POLL_MS)
         seen: list[Seen] = []
         wanted = self._session_id
+        also = self._key_prefix
         for tp, records in batches.items():
             for record in records:
                 key = record.key.decode("utf-8", errors="replace") if record.key else None
-                if wanted is not None and key != wanted:
+                if (
+                    wanted is not None
+                    and key != wanted
+                    and not (also is not None and record.key and record.key.startswith(also))
+                ):
                     continue
                 seen.append(
                     Seen(
@@ -187,6 +197,7 @@ class Reader:
                         key,
                         _decode(record.value),
                         record.value,
+                        record.key,
                     )
                 )
         return seen

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 _TEXT_WIDTH = 400
+_IDS_SHOWN = 10
 
 
 def _json(value: Any) -> str:
@@ -87,6 +88,29 @@ def next_step_lines(result: dict[str, Any], connection: Sequence[str] = ()) -> l
     return []
 
 
+def _ids(ids: Sequence[Any]) -> str:
+    shown = ", ".join(str(i) for i in ids[:_IDS_SHOWN])
+    more = len(ids) - _IDS_SHOWN
+    return f"{shown} and {more} more" if more > 0 else shown
+
+
+def deleted_line(result: dict[str, Any]) -> str:
+    """What a delete removed, from the ``deleted`` report of its result."""
+    report = result.get("deleted") or {}
+    session = result.get("session_id")
+    records = report.get("records") or 0
+    stopped = report.get("stopped")
+    skipped = report.get("skipped") or []
+    if not report.get("existed") and not records and not stopped and not skipped:
+        return f"nothing to delete: session {session} has no state"
+    line = f"deleted session {session}: {records} state record{'' if records == 1 else 's'}"
+    if stopped:
+        line += f"; stopped {stopped}"
+    if skipped:
+        line += f"; skipped {_ids(skipped)}"
+    return line
+
+
 def result_lines(result: dict[str, Any], connection: Sequence[str] = ()) -> list[str]:
     """A result: its stop reason, the pause or error it carries, the message, what to do next."""
     head = (
@@ -107,6 +131,8 @@ def result_lines(result: dict[str, Any], connection: Sequence[str] = ()) -> list
     error = result.get("error")
     if error:
         lines.append(f"  error: {error.get('code')}: {error.get('message')}")
+    if isinstance(result.get("deleted"), dict):
+        lines.append("  " + deleted_line(result))
     lines.extend(message_lines(result.get("message")))
     lines.extend(next_step_lines(result, connection))
     return lines

@@ -22,7 +22,7 @@ from prometheus_client import (
 
 from service.agent.types import STOP_REASONS
 
-COMMAND_TYPES: Final = frozenset({"invoke", "resume", "cancel"})
+COMMAND_TYPES: Final = frozenset({"invoke", "resume", "cancel", "delete"})
 COMMAND_OUTCOMES: Final = frozenset(
     {"ok", "error", "duplicate", "cancelled", "skipped", "dlq", "abandoned"}
 )

@@ -25,10 +25,9 @@ from service.observability.metrics import Metrics
 from service.observability.tracing import from_headers, span
 from service.runtime.bad_input import classify_refusal
 from service.runtime.control import CancelReach, ControlLedger, HeldAnswer, HeldAnswers
-from service.runtime.records import ParsedCommand, result_record
+from service.runtime.records import ParsedCommand, deleted_record, result_record
 from service.runtime.work import CommandWork, InputRecord, Outcome, OutRecord, StateWrite
-from service.sessions.codec import encode_state
-from service.sessions.store import SessionStore, StoredSession
+from service.sessions.writer import SessionWriter
 from service.settings import TopicSettings
 from service.wire.commands import CancelCommand
 from service.wire.errors import WireError
@@ -65,13 +64,16 @@ class CancelDesk:
     def __init__(
         self,
         *,
-        store: SessionStore,
+        writer: SessionWriter,
         submit: Callable[[Outcome], None],
         topics: TopicSettings,
         agents: Mapping[str, AgentDefinition],
         metrics: Metrics | None = None,
+        durable: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        self._store = store
+        self._writer = writer
+        self._durable = durable
+        self._store = writer.store
         self._submit = submit
         self._topics = topics
         self._agents = agents
@@ -126,6 +128,83 @@ class CancelDesk:
         self.ledger.read(record.origin.offset)
         return work
 
+    def deleting(self, work: CommandWork) -> None:
+        """Take a delete as it is read: the session's running invocation stops now, and its
+        queued commands published before the delete are answered ``cancelled`` unrun."""
+        session_id = work.session_id
+        command_id: str = work.command.command_id
+        timestamp_ms = work.record.timestamp_ms
+        reach = self._reach.setdefault(session_id, {}).setdefault(
+            command_id, CancelReach(timestamp_ms, None)
+        )
+        covered = self._cover(session_id, timestamp_ms)
+        running = self._running.get(session_id)
+        if running is not None and running.work.record.timestamp_ms <= covered:
+            running_id = _command_id(running.work)
+            logger.info(
+                "session_id=<%s>, command_id=<%s>, delete_id=<%s> | stopping the running "
+                "invocation of a session being deleted",
+                session_id,
+                running_id,
+                command_id,
+            )
+            running.signal.cancel(None)
+            if running_id is not None:
+                reach.stopped = running_id
+
+    async def _delete(self, work: CommandWork, command: ParsedCommand) -> None:
+        """The delete's turn in its session's queue: tombstones for every record of the
+        session, and its one result (with its input offset, as no state remembers it).
+
+        It waits for the session's earlier writes to commit, so the local table lists every
+        key they wrote, and for its own, so that nothing of the session is read back from the
+        table before its tombstones are there.
+        """
+        session_id = work.session_id
+        if self._durable is not None:
+            await self._durable()
+        reach = self._reach.get(session_id, {}).pop(command.command_id, None)
+        if reach is None:
+            reach = CancelReach(work.record.timestamp_ms, None)
+        existed = self._store.get(session_id) is not None
+        write = self._writer.delete(session_id) if existed else None
+        if self._covers_until.get(session_id) == work.record.timestamp_ms:
+            # Everything still queued for the session was published after the delete.
+            del self._covers_until[session_id]
+        self._targets.pop(session_id, None)
+        removed = len(write.records) if write is not None else 0
+        record = deleted_record(
+            self._topics.results,
+            session_id,
+            command.command_id,
+            existed=existed,
+            records=removed,
+            stopped=reach.stopped,
+            skipped=reach.skipped,
+            metadata=command.metadata,
+            headers=work.trace,
+        )
+        logger.info(
+            "session_id=<%s>, command_id=<%s>, existed=<%s>, records=<%d> | session deleted",
+            session_id,
+            command.command_id,
+            existed,
+            removed,
+        )
+        self._metrics.command("delete", "ok")
+        self._metrics.result("end_turn")
+        self._submit(
+            Outcome(
+                records=[record],
+                state=write,
+                finished=[work.record.origin],
+                results=1,
+                replay_unsafe=True,
+            )
+        )
+        if self._durable is not None:
+            await self._durable()
+
     def wrap(self, handler: Handler) -> Handler:
         """The session-queue handler: cancels answered, covered commands skipped, others run.
 
@@ -158,11 +237,15 @@ class CancelDesk:
                     self.ledger.answered(work.record.origin.offset)
                     raise
                 return
-            if command is not None and self._covered(work, command):
+            deleting = command is not None and command.type == "delete"
+            if command is not None and not deleting and self._covered(work, command):
                 self._skip(work, command)
                 return
             # Anything else the session does comes after the answers held so far.
             self._held.release(work.session_id)
+            if deleting:
+                await self._delete(work, command)
+                return
             if command is None:
                 try:
                     stored = self._store.get(work.session_id)
@@ -231,7 +314,7 @@ class CancelDesk:
             state.inflight_published_ms = None
         else:
             result = _plain_cancelled(state)
-            state = state.copy()
+            state = state.snapshot()
             state.mark_applied(command.command_id)
         logger.info(
             "session_id=<%s>, command_id=<%s> | command covered by a cancel, answered cancelled",
@@ -249,7 +332,7 @@ class CancelDesk:
             work.trace,
         )
         seq = stored.event_seq if stored is not None else 0
-        write = _recorded(state, held, seq)
+        write = self._recorded(state, held, seq)
         if held:
             # Queued behind a cancel answered in this run of the queue: it goes out with that
             # cancel's answer, ahead of it.
@@ -258,7 +341,6 @@ class CancelDesk:
             self._submit(
                 Outcome(records=[record], state=write, finished=[work.record.origin], results=1)
             )
-        self._store.put(session_id, StoredSession(state, seq))
 
     def _answer(self, work: CommandWork, cancel: CancelCommand) -> None:
         """The cancel's own result, after everything before it in its session was dealt with."""
@@ -289,7 +371,7 @@ class CancelDesk:
         else:
             self._forget_target(session_id, target)
             result = _plain_cancelled(state or SessionState(session_id=session_id))
-            state = state.copy() if state is not None else None
+            state = state.snapshot() if state is not None else None
             if state is None or target not in state.applied_commands:
                 # Not seen yet: answer it now; when it arrives it is a known, answered command
                 # (the one case where a cancel makes a state for a session that had none).
@@ -305,12 +387,12 @@ class CancelDesk:
         answer = HeldAnswer(work, cancel, result, reach)
         seq = stored.event_seq if stored is not None else 0
         write = (
-            None if state is None else _recorded(state, [*self._held.of(session_id), answer], seq)
+            None
+            if state is None
+            else self._recorded(state, [*self._held.of(session_id), answer], seq)
         )
         self._held.hold(session_id, origin, answer=answer, ahead=ahead, state=write)
-        if state is not None:
-            self._store.put(session_id, StoredSession(state, seq))
-        else:
+        if state is None:
             # Nothing to record it in: this owner recognises a repeat; the ledger a re-read.
             self._stateless[(session_id, cancel.command_id)] = None
             if len(self._stateless) > REMEMBERED_SESSIONS:
@@ -334,7 +416,7 @@ class CancelDesk:
         if inflight is not None and published is not None and published > timestamp_ms:
             # The in-flight command was published after the cancel (it started before the
             # cancel was read, then its owner died): its redelivery continues it, uncancelled.
-            return _plain_cancelled(state), state.copy()
+            return _plain_cancelled(state), state.snapshot()
         if inflight is not None:
             reach.stopped = reach.stopped or inflight.command_id
         elif state.interrupted:
@@ -353,17 +435,16 @@ class CancelDesk:
         if not targets:
             del self._targets[session_id]
 
-
-def _recorded(state: SessionState, answers: list[HeldAnswer], seq: int) -> StateWrite:
-    """``state`` (a fresh copy of the session's) with every held cancel recorded, encoded."""
-    for answer in answers:
-        state.mark_applied(answer.cancel.command_id)
-        timestamp_ms = answer.work.record.timestamp_ms
-        # A record without a timestamp (-1) covers nothing by time once forgotten here.
-        if answer.cancel.target_command_id is None and timestamp_ms >= 0:
-            previous = state.cancelled_before_ms
-            state.cancelled_before_ms = max(timestamp_ms, -1 if previous is None else previous)
-    return StateWrite(state.session_id, encode_state(state), seq)
+    def _recorded(self, state: SessionState, answers: list[HeldAnswer], seq: int) -> StateWrite:
+        """``state`` (a fresh copy of the session's) with every held cancel recorded, written."""
+        for answer in answers:
+            state.mark_applied(answer.cancel.command_id)
+            timestamp_ms = answer.work.record.timestamp_ms
+            # A record without a timestamp (-1) covers nothing by time once forgotten here.
+            if answer.cancel.target_command_id is None and timestamp_ms >= 0:
+                previous = state.cancelled_before_ms
+                state.cancelled_before_ms = max(timestamp_ms, -1 if previous is None else previous)
+        return self._writer.write(state, seq)
 
 
 def _command_id(work: CommandWork) -> str | None:

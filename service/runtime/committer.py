@@ -30,7 +30,8 @@ from service.runtime.commit_stats import CommitReport
 from service.runtime.faults import FaultPoints
 from service.runtime.offsets import OffsetTracker
 from service.runtime.work import Outcome, OutRecord
-from service.sessions.store import event_seq_header
+from service.sessions.store import event_seq_header, event_seq_of
+from service.sessions.table import Row
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,10 @@ UNWRITABLE_ERRORS: tuple[type[Exception], ...] = (
     InvalidTimestampError,
 )
 """Produce errors that retrying the same records can never cure: the records are the problem."""
+
+DurableObserver = Callable[[list[Row], int, dict[str, int]], None]
+"""Told of the session state records of each committed transaction, in log order, with the
+sessions offset after them and the store version each session's write had."""
 
 ProducerFactory = Callable[[], Awaitable[AIOKafkaProducer]]
 """Throws the current producer away and returns a started new one with the same transactional
@@ -71,10 +76,13 @@ class Committer:
         observer: CommitObserver | None = None,
         on_finished: Callable[[int], None] | None = None,
         renew_producer: ProducerFactory | None = None,
+        on_durable: DurableObserver | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         self._producer = producer
         self._renew_producer = renew_producer
+        self._on_durable = on_durable
+        self._store_stale = False
         self._metrics = metrics if metrics is not None else Metrics()
         self._group_id = group_id
         self._sessions_topic = sessions_topic
@@ -179,9 +187,11 @@ class Committer:
         )
         if records or offsets:
             try:
-                await self._transact_in_time(records, offsets)
+                position = await self._transact_in_time(records, offsets)
             except UNWRITABLE_ERRORS as exc:
                 await self._isolate(batch, offsets, exc)
+            else:
+                self._made_durable(batch, states, position)
         self._offsets_served = asked
         elapsed = time.monotonic() - started
         if self._on_finished is not None:
@@ -200,13 +210,15 @@ class Committer:
 
     async def _transact_in_time(
         self, records: list[OutRecord], offsets: dict[TopicPartition, OffsetAndMetadata]
-    ) -> None:
+    ) -> int:
+        """Commit one transaction; returns the sessions offset after what it wrote there."""
         try:
             async with asyncio.timeout(self._timeout_s):
-                await self._transact(records, offsets)
+                position = await self._transact(records, offsets)
         except TimeoutError as exc:
             raise CommitFailedError(f"commit of partition {self._partition} timed out") from exc
         self.transactions += 1
+        return position
 
     async def _isolate(
         self,
@@ -227,29 +239,48 @@ class Committer:
             error,
         )
         await self._renew()
+        refused: set[str] = set()
         for outcome in batch:
-            await self._commit_alone(outcome)
+            state = outcome.state
+            if state is not None and state.session_id in refused:
+                # Written as a change of the refused state, which is not on the changelog: the
+                # owner starts again from what is, and the rest of the batch is redone.
+                raise CommitFailedError(
+                    f"partition {self._partition}: a later write of session "
+                    f"{state.session_id!r} follows one the broker refused"
+                )
+            if not await self._commit_alone(outcome) and state is not None:
+                refused.add(state.session_id)
         if offsets:
             await self._transact_in_time([], offsets)
+        if self._store_stale:
+            # The store holds a session state the changelog does not: start again from it.
+            raise CommitFailedError(
+                f"partition {self._partition}: a session state was refused and dropped"
+            )
 
-    async def _commit_alone(self, outcome: Outcome) -> None:
-        records, _, _ = self._records_of([outcome])
+    async def _commit_alone(self, outcome: Outcome) -> bool:
+        """Commit one outcome, or what replaces it; False when it was refused."""
+        records, _, states = self._records_of([outcome])
         if not records:
-            return
+            return True
         try:
-            await self._transact_in_time(records, {})
-            return
+            position = await self._transact_in_time(records, {})
         except UNWRITABLE_ERRORS as exc:
             await self._renew()
             outcome.unwritten = exc
+        else:
+            self._made_durable([outcome], states, position)
+            return True
         replacement = outcome.fallback(outcome.unwritten) if outcome.fallback else None
         if replacement is not None:
-            records, _, _ = self._records_of([replacement])
+            records, _, states = self._records_of([replacement])
             try:
-                await self._transact_in_time(records, {})
+                position = await self._transact_in_time(records, {})
             except UNWRITABLE_ERRORS:
                 await self._renew()
             else:
+                self._made_durable([replacement], states, position)
                 self._metrics.unwritable("fallback")
                 logger.error(
                     "partition=<%d>, error=<%s> | output refused by the broker, "
@@ -257,7 +288,7 @@ class Committer:
                     self._partition,
                     outcome.unwritten,
                 )
-                return
+                return False
         self._metrics.unwritable("dropped")
         logger.error(
             "partition=<%d>, records=<%d>, error=<%s> | output refused by the broker and "
@@ -266,6 +297,9 @@ class Committer:
             len(records),
             outcome.unwritten,
         )
+        if outcome.state is not None:
+            self._store_stale = True
+        return False
 
     async def _renew(self) -> None:
         """A refused record leaves the producer's transaction abortable only and its sequence
@@ -278,16 +312,19 @@ class Committer:
 
     async def _transact(
         self, records: list[OutRecord], offsets: dict[TopicPartition, OffsetAndMetadata]
-    ) -> None:
+    ) -> int:
         producer = self._producer
         deliveries: list[asyncio.Future[object]] = []
+        position = 0
         try:
             await producer.begin_transaction()
-            await self._send_batched(records, deliveries)
+            states = await self._send_batched(records, deliveries)
             if offsets:
                 await producer.send_offsets_to_transaction(offsets, self._group_id)
             if deliveries:
                 await asyncio.gather(*deliveries)
+            for delivery, count in states:
+                position = max(position, delivery.result().offset + count)
             self._faults.reached("after_produce_before_commit")
             await producer.commit_transaction()
         except BaseException:
@@ -296,13 +333,22 @@ class Committer:
             discard(deliveries)
             raise
         self._faults.reached("after_commit")
+        return position
 
     async def _send_batched(
         self, records: list[OutRecord], deliveries: list[asyncio.Future[object]]
-    ) -> None:
+    ) -> list[tuple[asyncio.Future[Any], int]]:
         """One record batch per partition (far cheaper than a send per record), in order;
-        each delivery future goes into ``deliveries`` as soon as it exists."""
+        each delivery future goes into ``deliveries`` as soon as it exists. Returns the
+        deliveries to the sessions partition with their record counts."""
         producer = self._producer
+        states: list[tuple[asyncio.Future[Any], int]] = []
+
+        def sent(delivery: asyncio.Future[Any], topic: str, count: int) -> None:
+            deliveries.append(delivery)
+            if topic == self._sessions_topic:
+                states.append((delivery, count))
+
         groups: dict[tuple[str, int], list[OutRecord]] = {}
         for record in records:
             partition = record.partition
@@ -314,23 +360,23 @@ class Committer:
             for record in group:
                 if _append(batch, record):
                     continue
-                if batch.record_count():
-                    deliveries.append(await producer.send_batch(batch, topic, partition=partition))
+                if count := batch.record_count():
+                    sent(await producer.send_batch(batch, topic, partition=partition), topic, count)
                     batch = producer.create_batch()
                     if _append(batch, record):
                         continue
                 # Larger than a whole batch: it travels alone.
-                deliveries.append(
-                    await producer.send(
-                        topic,
-                        value=record.value,
-                        key=record.key,
-                        partition=partition,
-                        headers=record.headers,
-                    )
+                alone = await producer.send(
+                    topic,
+                    value=record.value,
+                    key=record.key,
+                    partition=partition,
+                    headers=record.headers,
                 )
-            if batch.record_count():
-                deliveries.append(await producer.send_batch(batch, topic, partition=partition))
+                sent(alone, topic, 1)
+            if count := batch.record_count():
+                sent(await producer.send_batch(batch, topic, partition=partition), topic, count)
+        return states
 
     async def _partition_of(self, topic: str, key: bytes | None) -> int:
         """The partition the default partitioner picks for a key (as a keyed send would)."""
@@ -341,25 +387,37 @@ class Committer:
         return int(self._partitioner(key, partitions, partitions))
 
     def _records_of(self, batch: list[Outcome]) -> tuple[list[OutRecord], int, list[OutRecord]]:
-        """Every record of the batch in order; only the last state of each session is written."""
+        """Every record of the batch in order, then the session state records: of a key written
+        twice only the last, in the place of its last write (each session's head after its
+        history records)."""
         records: list[OutRecord] = []
-        states: dict[str, OutRecord] = {}
+        states: dict[bytes, OutRecord] = {}
         results = 0
         for outcome in batch:
             records.extend(outcome.records)
             results += outcome.results
             state = outcome.state
-            if state is not None:
-                states.pop(state.session_id, None)
-                states[state.session_id] = OutRecord(
+            if state is None:
+                continue
+            head = state.session_id.encode()
+            for key, value in state.records:
+                states.pop(key, None)
+                states[key] = OutRecord(
                     topic=self._sessions_topic,
-                    key=state.session_id.encode(),
-                    value=state.value,
-                    headers=[event_seq_header(state.event_seq)],
+                    key=key,
+                    value=value,
+                    headers=[event_seq_header(state.event_seq)] if key == head else [],
                     partition=self._partition,
                 )
         records.extend(states.values())
         return records, results, list(states.values())
+
+    def _made_durable(self, batch: list[Outcome], states: list[OutRecord], position: int) -> None:
+        if self._on_durable is None or not states:
+            return
+        versions = {o.state.session_id: o.state.version for o in batch if o.state is not None}
+        rows = [(r.key or b"", r.value, event_seq_of(r.headers)) for r in states]
+        self._on_durable(rows, position, versions)
 
 
 def _append(batch: Any, record: OutRecord) -> bool:

@@ -188,7 +188,8 @@ class HeldAnswers:
         held.ahead.extend(ahead or [])
         held.finished.append(finished)
         held.answers = answers
-        held.state = state if state is not None else held.state
+        if state is not None:
+            held.state = state if held.state is None else held.state.then(state)
         for waiting, record in zip(answers, records, strict=True):
             waiting.record = record
 

@@ -43,9 +43,9 @@ from service.runtime.records import (
     failure_record,
     result_record,
 )
-from service.runtime.work import CommandWork, Origin, Outcome, OutRecord, StateWrite
-from service.sessions.codec import encode_state
-from service.sessions.store import SessionStore, StoredSession
+from service.runtime.work import CommandWork, Origin, Outcome, OutRecord
+from service.sessions.store import StoredSession
+from service.sessions.writer import SessionWriter, StateTooLargeError
 from service.settings import TopicSettings
 from service.wire.errors import ERROR_CODES, ErrorCode, WireError
 
@@ -64,9 +64,9 @@ class _AbandonedError(Exception):
     """The owner is stopping and the invocation is at a committed boundary: leave it there."""
 
 
-class StateTooLargeError(Exception):
+class ResultTooLargeError(Exception):
     def __init__(self, size: int, limit: int) -> None:
-        super().__init__(f"session state of {size} bytes exceeds the limit of {limit} bytes")
+        super().__init__(f"result of {size} bytes exceeds the record limit of {limit} bytes")
 
 
 @dataclass(slots=True)
@@ -77,8 +77,6 @@ class _Run:
     stored: StoredSession
     events: list[OutRecord]
     text: list[str]
-    state_value: bytes | None = None
-    """The encoded form of ``stored.state`` once known (written again to carry a new seq)."""
 
 
 class Invoker:
@@ -86,17 +84,20 @@ class Invoker:
         self,
         *,
         agents: Mapping[str, AgentDefinition],
-        store: SessionStore,
+        writer: SessionWriter,
         submit: Callable[[Outcome], None],
         durable: Callable[[], Awaitable[None]],
         stopping: Callable[[], bool],
         topics: TopicSettings,
         state_max_bytes: int,
+        result_max_bytes: int | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         self._metrics = metrics if metrics is not None else Metrics()
         self._agents = agents
-        self._store = store
+        self._writer = writer
+        self._store = writer.store
+        self._result_max_bytes = result_max_bytes
         self._submit = submit
         self._durable = durable
         self._stopping = stopping
@@ -145,7 +146,7 @@ class Invoker:
                 command.session_id,
                 command.command_id,
             )
-        except StateTooLargeError as exc:
+        except (StateTooLargeError, ResultTooLargeError) as exc:
             logger.error(
                 "session_id=<%s>, command_id=<%s>, error=<%s> | command failed",
                 command.session_id,
@@ -186,6 +187,7 @@ class Invoker:
             checkpointing=command.checkpointing,
             limits=command.limits,
             invocation_state=command.invocation_state,
+            result_max_bytes=self._result_max_bytes,
         )
         run = _Run(work=work, stored=stored, events=[], text=[])
         seq = stored.event_seq
@@ -247,16 +249,7 @@ class Invoker:
         finished: Origin | None,
         result: AgentResult | None,
     ) -> Outcome:
-        value = encode_state(state)
-        if len(value) > self._state_max_bytes:
-            raise StateTooLargeError(len(value), self._state_max_bytes)
-        records = run.events
-        run.events = []
-        outcome = Outcome(
-            records=records,
-            state=StateWrite(state.session_id, value, seq),
-            fallback=self._fallback(run.work, run.stored),
-        )
+        outcome = Outcome(fallback=self._fallback(run.work, run.stored))
         if result is not None and finished is not None:
             command: ParsedCommand = run.work.command
             record = result_record(
@@ -269,15 +262,20 @@ class Invoker:
                 max_bytes=self._state_max_bytes,
             )
             if record.value is not None and len(record.value) > self._state_max_bytes:
-                raise StateTooLargeError(len(record.value), self._state_max_bytes)
+                raise ResultTooLargeError(len(record.value), self._state_max_bytes)
             outcome.records.append(record)
             outcome.finished.append(finished)
             outcome.results = 1
-            self._count_result(command.type, result)
-        stored = StoredSession(state=state, event_seq=seq)
-        self._store.put(state.session_id, stored)
+        # Checked before the state is written: a write the committer never gets would leave
+        # the store ahead of the changelog.
+        outcome.state = self._writer.write(state, seq)
+        if result is not None:
+            self._count_result(run.work.command.type, result)
+        outcome.records[:0] = run.events
+        run.events = []
+        stored = self._store.get(state.session_id)
+        assert stored is not None
         run.stored = stored
-        run.state_value = value
         self._submit(outcome)
         return outcome
 
@@ -306,16 +304,12 @@ class Invoker:
         """
         if not run.events:
             return
-        stored = run.stored
-        if run.state_value is None:
-            run.state_value = encode_state(stored.state)
         records, run.events = run.events, []
-        stored.event_seq = seq
-        self._submit(
-            Outcome(
-                records=records, state=StateWrite(stored.state.session_id, run.state_value, seq)
-            )
-        )
+        write = self._writer.write(run.stored.state, seq)
+        stored = self._store.get(run.stored.state.session_id)
+        assert stored is not None
+        run.stored = stored
+        self._submit(Outcome(records=records, state=write))
 
     def _flush_text(self, run: _Run, command: ParsedCommand, seq: int) -> int:
         if not run.text:
@@ -425,13 +419,12 @@ class Invoker:
             if stored is None:
                 stored = StoredSession(SessionState(session_id=work.session_id))
             event_seq = max(stored.event_seq, seq or 0)
-            state = stored.state.copy()
+            state = stored.state.snapshot()
             state.inflight = None
             state.inflight_published_ms = None
             state.mark_applied(command_id)
-            outcome.state = StateWrite(work.session_id, encode_state(state), event_seq)
+            outcome.state = self._writer.write(state, event_seq)
             outcome.replay_unsafe = False
-            self._store.put(work.session_id, StoredSession(state, event_seq))
         return outcome
 
     def _count_result(self, command_type: str, result: AgentResult) -> None:

@@ -15,6 +15,7 @@ import enum
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
@@ -34,6 +35,8 @@ from service.runtime.restore import SessionsReader
 from service.runtime.session_queue import SessionQueues
 from service.runtime.transactions import resolve_open_transactions, vouched
 from service.runtime.work import CommandWork, InputRecord, Outcome
+from service.sessions.table import SqliteTable
+from service.sessions.writer import SessionWriter
 from service.settings import Settings
 from service.wire.errors import WireError
 
@@ -77,6 +80,8 @@ class OwnerContext:
     faults: FaultPoints
     on_restored: Callable[[int], None]
     sessions: SessionsReader
+    store_root: Path
+    """Folder of the local session stores, one subfolder per partition."""
     observer: CommitObserver | None = None
     metrics: Metrics = field(default_factory=Metrics)
 
@@ -103,8 +108,10 @@ class PartitionOwner:
         self._queues: SessionQueues | None = None
         self._committer: Committer | None = None
         self._control: ControlHandler | None = None
+        self._cancels: CancelDesk | None = None
         self._guard: PoisonGuard | None = None
         self._producer: AIOKafkaProducer | None = None
+        self._table: SqliteTable | None = None
         self.exit: OwnerExit | None = None
         self.error: BaseException | None = None
         """Why the owner failed (when ``exit`` is ``FAILED``)."""
@@ -165,6 +172,8 @@ class PartitionOwner:
             self._ctx.inflight.count -= self._accepted - self._finished
             self._accepted = self._finished
             await _close(self._producer)
+            if self._table is not None:
+                self._table.close()
         return self.exit or OwnerExit.STOPPED
 
     def _new_producer(self) -> AIOKafkaProducer:
@@ -201,7 +210,14 @@ class PartitionOwner:
         if self._seek_on_start:
             await self._seek_to_committed()
         await self._ctx.faults.before_restore(self.partition)
-        store = await self._ctx.sessions.restore(self.partition)
+        self._table = SqliteTable(
+            self._ctx.store_root / f"{self._topics.sessions}-{self.partition}",
+            max_age_s=settings.sessions.local_max_age_s,
+        )
+        store = await self._ctx.sessions.restore(
+            self.partition, self._table, cache_max_bytes=settings.sessions.cache_max_bytes
+        )
+        writer = SessionWriter(store, record_max_bytes=settings.runtime.state_record_max_bytes)
         committer = Committer(
             producer=producer,
             group_id=settings.group.group_id,
@@ -215,26 +231,30 @@ class PartitionOwner:
             observer=self._ctx.observer,
             on_finished=self._on_finished,
             renew_producer=self._renew_producer,
+            on_durable=store.committed,
             metrics=self._ctx.metrics,
         )
         invoker = Invoker(
             agents=self._ctx.agents,
-            store=store,
+            writer=writer,
             submit=committer.submit,
             durable=committer.flush,
             stopping=self._stop_requested.is_set,
             topics=self._topics,
             state_max_bytes=settings.runtime.state_record_max_bytes,
+            result_max_bytes=settings.sessions.result_max_bytes,
             metrics=self._ctx.metrics,
         )
         self._committer = committer
         cancels = CancelDesk(
-            store=store,
+            writer=writer,
             submit=committer.submit,
             topics=self._topics,
             agents=self._ctx.agents,
             metrics=self._ctx.metrics,
+            durable=committer.flush,
         )
+        self._cancels = cancels
         again = vouched(left, store, self._topics.results, self._topics.events)
         if again:
             # First of all: what the committed state says happened must be visible.
@@ -242,7 +262,7 @@ class PartitionOwner:
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(committer.run())
             self._guard = PoisonGuard(
-                store=store,
+                writer=writer,
                 submit=committer.submit,
                 topics=self._topics,
                 faults=self._ctx.faults,
@@ -358,7 +378,11 @@ class PartitionOwner:
                 )
             )
             return
-        self._queues.put(CommandWork(record, command.session_id, command))
+        work = CommandWork(record, command.session_id, command)
+        if command.type == "delete":
+            assert self._cancels is not None
+            self._cancels.deleting(work)
+        self._queues.put(work)
 
 
 async def _close(producer: AIOKafkaProducer | None) -> None:

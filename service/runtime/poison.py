@@ -18,9 +18,9 @@ from service.observability.tracing import from_headers, span
 from service.runtime.committer import CommitFailedError
 from service.runtime.faults import FaultPoints, InjectedCommitError
 from service.runtime.records import dlq_record, failure_record, session_key
-from service.runtime.work import CommandWork, InputRecord, Outcome, OutRecord, StateWrite
-from service.sessions.codec import encode_state
-from service.sessions.store import SessionStore, StoredSession
+from service.runtime.work import CommandWork, InputRecord, Outcome, OutRecord
+from service.sessions.store import StoredSession
+from service.sessions.writer import SessionWriter
 from service.settings import TopicSettings
 from service.wire.errors import WireError
 
@@ -40,13 +40,14 @@ class PoisonGuard:
     def __init__(
         self,
         *,
-        store: SessionStore,
+        writer: SessionWriter,
         submit: Callable[[Outcome], None],
         topics: TopicSettings,
         faults: FaultPoints | None = None,
         metrics: Metrics | None = None,
     ) -> None:
-        self._store = store
+        self._writer = writer
+        self._store = writer.store
         self._submit = submit
         self._topics = topics
         self._faults = faults
@@ -150,15 +151,14 @@ class PoisonGuard:
             records=[record], finished=[work.record.origin], results=1, replay_unsafe=True
         )
         if stored is not None and command_id:
-            state = stored.state.copy()
+            state = stored.state.snapshot()
             if state.inflight is not None and state.inflight.command_id == command_id:
                 # Its turn ends here: a later command must not continue from its boundary.
                 state.inflight = None
                 state.inflight_published_ms = None
             state.mark_applied(command_id)
-            outcome.state = StateWrite(work.session_id, encode_state(state), stored.event_seq)
+            outcome.state = self._writer.write(state, stored.event_seq)
             outcome.replay_unsafe = False
-            self._store.put(work.session_id, StoredSession(state, stored.event_seq))
         return outcome
 
 

@@ -14,6 +14,7 @@ from service.agent.types import AgentResult, Limits
 from service.runtime.bad_input import fit_dead_letter
 from service.runtime.work import InputRecord, OutRecord
 from service.wire.codec import decode_command, encode, encode_result
+from service.wire.commands import DeleteCommand
 from service.wire.dlq import dlq_headers
 from service.wire.errors import ErrorCode, WireError
 from service.wire.events import (
@@ -24,7 +25,7 @@ from service.wire.events import (
     ToolFinishedEvent,
     ToolStartedEvent,
 )
-from service.wire.results import ResultRecord, error_record
+from service.wire.results import ResultRecord, deleted_result, error_record
 from service.wire.results import result_record as wire_result
 
 RECORD_MAX_BYTES = 900_000
@@ -46,7 +47,8 @@ EVENT_MODELS: dict[str, Any] = {
 
 @dataclass(slots=True)
 class ParsedCommand:
-    """An invoke or resume as the runtime needs it (``input`` is the engine's input)."""
+    """An invoke, resume or delete as the runtime needs it (``input`` is the engine's input;
+    a delete has neither ``agent`` nor ``input``)."""
 
     type: str
     command_id: str
@@ -67,6 +69,15 @@ def parse_command(record: InputRecord, max_bytes: int = RECORD_MAX_BYTES) -> Par
     if record.value is None:
         raise WireError("record has no value")
     command = decode_command(record.value, key=record.key, max_bytes=max_bytes)
+    if isinstance(command, DeleteCommand):
+        return ParsedCommand(
+            type=command.type,
+            command_id=command.command_id,
+            session_id=command.session_id,
+            agent=None,
+            input=None,
+            metadata=command.metadata,
+        )
     limits = None
     if command.limits is not None:
         limits = Limits(
@@ -135,6 +146,35 @@ def failure_record(
         command_id=command_id,
         code=code,
         message=message,
+        metadata=metadata,
+    )
+    value = encode_result(record)
+    if len(value) > max_bytes and metadata:
+        value = encode_result(_without_metadata(record))
+    return OutRecord(topic=topic, key=session_id.encode(), value=value, headers=headers or [])
+
+
+def deleted_record(
+    topic: str,
+    session_id: str,
+    command_id: str,
+    *,
+    existed: bool,
+    records: int,
+    stopped: str | None,
+    skipped: list[str],
+    metadata: dict[str, Any] | None,
+    headers: list[tuple[str, bytes]] | None = None,
+    max_bytes: int = RECORD_MAX_BYTES,
+) -> OutRecord:
+    """A delete's result, saying what it removed and stopped; it always fits ``max_bytes``."""
+    record = deleted_result(
+        session_id=session_id,
+        command_id=command_id,
+        existed=existed,
+        records=records,
+        stopped=stopped,
+        skipped=skipped,
         metadata=metadata,
     )
     value = encode_result(record)

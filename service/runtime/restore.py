@@ -1,10 +1,12 @@
 """Restore of a partition's session store from the compacted sessions topic.
 
-Guarantee: reads every committed record of the partition up to the end offset observed after
-the partition's producer was initialised (so no earlier owner's transaction is still open), in
-log order; the store returned is complete for that partition. One connected reader serves every
-restore of an instance, one partition at a time, so a takeover of many partitions does not pay
-for a new client per partition.
+Guarantee: brings the partition's local table from the offset it is complete up to (0 when it
+is new or was wiped) to the end offset observed after the partition's producer was initialised
+(so no earlier owner's transaction is still open), reading every committed record in between in
+log order; the store returned is complete for that partition. A table whose position the topic
+cannot have produced (past its end, before its start) is wiped and read from the start. One
+connected reader serves every restore of an instance, one partition at a time, so a takeover of
+many partitions does not pay for a new client per partition.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from service.runtime.clients import reader
 from service.runtime.work import OutRecord
-from service.sessions.store import SessionStore
+from service.sessions.store import SessionStore, event_seq_of
+from service.sessions.table import Table
 from service.settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
@@ -33,12 +36,14 @@ class SessionsReader:
         self._uncommitted: AIOKafkaConsumer | None = None
         self._lock = asyncio.Lock()
 
-    async def restore(self, partition: int) -> SessionStore:
+    async def restore(self, partition: int, table: Table, *, cache_max_bytes: int) -> SessionStore:
+        """The partition's store over ``table``, brought up to the changelog's end."""
         async with self._lock:
             if self._consumer is None:
                 self._consumer = await _started(self._committed_reader())
             try:
-                return await _read_partition(self._consumer, self._topic, partition)
+                await _catch_up(self._consumer, self._topic, partition, table)
+                return SessionStore(table, cache_max_bytes=cache_max_bytes)
             except Exception:
                 # A reader in an unknown state is not reused: the next restore starts afresh.
                 consumer, self._consumer = self._consumer, None
@@ -116,25 +121,37 @@ async def _started(consumer: AIOKafkaConsumer) -> AIOKafkaConsumer:
     return consumer
 
 
-async def _read_partition(consumer: AIOKafkaConsumer, topic: str, partition: int) -> SessionStore:
-    store = SessionStore()
+async def _catch_up(consumer: AIOKafkaConsumer, topic: str, partition: int, table: Table) -> None:
     tp = TopicPartition(topic, partition)
     started = time.monotonic()
-    records = 0
+    records = size = 0
     consumer.assign([tp])
     end = (await consumer.end_offsets([tp]))[tp]
-    await consumer.seek_to_beginning(tp)
+    start = (await consumer.beginning_offsets([tp]))[tp]
+    position = table.position
+    if position and not start <= position <= end:
+        table.wipe(f"its offset {position} is outside the topic's {start}..{end}")
+        position = 0
+    consumer.seek(tp, max(position, start))
+    from_offset = max(position, start)
     while await consumer.position(tp) < end:
-        batches = await consumer.getmany(tp, timeout_ms=500, max_records=10_000)
-        for record in batches.get(tp, ()):
-            store.load(record.key, record.value, list(record.headers))
-            records += 1
+        batches = await consumer.getmany(tp, timeout_ms=500, max_records=2_000)
+        fetched = [record for record in batches.get(tp, ()) if record.offset < end]
+        if not fetched:
+            continue
+        rows = [(r.key or b"", r.value, event_seq_of(list(r.headers))) for r in fetched if r.key]
+        table.apply(rows, fetched[-1].offset + 1)
+        records += len(fetched)
+        size += sum(len(r.value or b"") for r in fetched)
+    table.apply([], end)
     logger.info(
-        "topic=<%s>, partition=<%d>, records=<%d>, sessions=<%d>, seconds=<%.3f> | restored",
+        "topic=<%s>, partition=<%d>, from_offset=<%d>, end_offset=<%d>, records=<%d>, "
+        "bytes=<%d>, seconds=<%.3f> | restored",
         topic,
         partition,
+        from_offset,
+        end,
         records,
-        len(store),
+        size,
         time.monotonic() - started,
     )
-    return store

@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import tempfile
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Protocol
 
 from aiokafka import AIOKafkaConsumer
@@ -114,9 +116,15 @@ class Runtime:
             max_partition_fetch_bytes=4 * 1024 * 1024,
         )
         sessions = SessionsReader(settings.kafka, settings.topics.sessions)
+        scratch = None
+        root = settings.sessions.store_dir
+        if root is None:
+            scratch = tempfile.TemporaryDirectory(prefix="cairn-sessions-")
+            root = Path(scratch.name)
         self._ctx = OwnerContext(
             settings=settings,
             sessions=sessions,
+            store_root=root / group.group_id,
             agents=self._agents,
             consumer=consumer,
             inflight=self.inflight,
@@ -161,6 +169,8 @@ class Runtime:
             self._tasks = None
             await sessions.close()
             await consumer.stop()
+            if scratch is not None:
+                scratch.cleanup()
             logger.info("left the group")
 
     async def drain(self) -> None:

@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.agent.cancel import CancelSignal
+from service.sessions.writer import StateWrite
+
+__all__ = ["CommandWork", "InputRecord", "Origin", "OutRecord", "Outcome", "StateWrite"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,15 +58,6 @@ class OutRecord:
     value: bytes | None
     headers: list[tuple[str, bytes]] = field(default_factory=list)
     partition: int | None = None
-
-
-@dataclass(slots=True)
-class StateWrite:
-    """The new state record of one session (already encoded and size-checked)."""
-
-    session_id: str
-    value: bytes
-    event_seq: int
 
 
 @dataclass(slots=True)

@@ -1,5 +1,9 @@
 """Session state to bytes and back: orjson, zlib-compressed when large, versioned.
 
+Two forms. The whole state in one value (:func:`encode_state`, what version 1 wrote on the
+changelog and what tools and golden files hold), and the form the changelog holds since version
+2: a head record (the state without its messages, with a ``history`` index instead) plus history
+records (:mod:`service.sessions.history`), which :func:`decode_session` joins again.
 ``decode_state(encode_state(s)) == s`` for every state; older versions are upcast on decode.
 The first byte tells the format: ``{`` plain JSON, ``z`` zlib-compressed JSON.
 """
@@ -7,14 +11,26 @@ The first byte tells the format: ``{`` plain JSON, ``z`` zlib-compressed JSON.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from service.agent.state import SessionState
+from service.agent.types import ContentBlock, Message
+from service.sessions import history
 from service.sessions.upcasters import StateVersionError, upcast
 
-__all__ = ["StateDecodeError", "StateVersionError", "decode_state", "encode_state"]
+__all__ = [
+    "Loaded",
+    "StateDecodeError",
+    "StateVersionError",
+    "decode_session",
+    "decode_state",
+    "encode_head",
+    "encode_state",
+]
 
 COMPRESS_ABOVE = 2048
 """Bytes of JSON above which the record is compressed (small records gain nothing)."""
@@ -34,6 +50,88 @@ def encode_state(state: SessionState, *, compress_above: int = COMPRESS_ABOVE) -
 
 
 def decode_state(data: bytes) -> SessionState:
+    """A state written whole (by :func:`encode_state`, or by version 1 on the changelog)."""
+    loaded = _head_dict(data)
+    if "history" in loaded:
+        raise StateDecodeError("session state is a head record: its history records are needed")
+    return _state(loaded)
+
+
+def encode_head(
+    state: SessionState, *, results: list[str], assistant_at: int | None
+) -> tuple[bytes, int]:
+    """The head record of ``state`` and its JSON length: everything but the messages (in history
+    records), the open batch's results named by toolUseId (stored in result slots, in order),
+    its assistant message by index when it is message ``assistant_at`` of the history."""
+    data = state.to_dict()
+    data["messages"] = None
+    data["history"] = {"messages": len(state.messages)}
+    pending = data["pending"]
+    if pending is not None:
+        pending["results"] = results
+        if assistant_at is not None:
+            pending["assistant_message"] = None
+            pending["assistant_at"] = assistant_at
+    raw = orjson.dumps(data)
+    if len(raw) > COMPRESS_ABOVE:
+        return _ZLIB + zlib.compress(raw, _LEVEL), len(raw)
+    return raw, len(raw)
+
+
+@dataclass(slots=True)
+class Loaded:
+    """A session read back from its records, with what of it the history records hold."""
+
+    state: SessionState
+    history: list[Message]
+    """The messages stored in history records (none for a state written whole)."""
+    results: list[tuple[str, ContentBlock]]
+    """The open batch's results stored in result slots, in slot order."""
+    sizes: list[int]
+    """Bytes of JSON of each message of ``history``."""
+    head_size: int
+
+
+def decode_session(head: bytes, records: Mapping[bytes, bytes]) -> Loaded:
+    """The session whose head is ``head``, its history taken from ``records`` (by key)."""
+    loaded = upcast(_head_dict(head))
+    index = loaded.pop("history", None)
+    if index is None:
+        state = _state(loaded)
+        return Loaded(state, [], [], [], len(head))
+    session_id = loaded.get("session_id")
+    if not isinstance(session_id, str) or not isinstance(index, dict):
+        raise StateDecodeError("session head is malformed: no session_id or history index")
+    sizes: list[int] = []
+    try:
+        count = int(index["messages"])
+        messages = []
+        for i in range(count):
+            message, size = history.load(history.message_key(session_id, i), records)
+            messages.append(message)
+            sizes.append(size)
+        results: list[tuple[str, ContentBlock]] = []
+        pending = loaded.get("pending")
+        if pending is not None:
+            ids = pending.get("results") or []
+            for slot, tool_use_id in enumerate(ids):
+                block, size = history.load(history.result_key(session_id, slot), records)
+                results.append((tool_use_id, block))
+                sizes.append(size)
+            pending["results"] = dict(results)
+            at = pending.pop("assistant_at", None)
+            if at is not None:
+                pending["assistant_message"] = messages[int(at)]
+    except history.HistoryDecodeError as exc:
+        raise StateDecodeError(f"session {session_id!r}: {exc}") from exc
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise StateDecodeError(f"session head is malformed: {exc}") from exc
+    loaded["messages"] = messages
+    state = _state(loaded)
+    return Loaded(state, list(state.messages), results, sizes[:count], len(head))
+
+
+def _head_dict(data: bytes) -> dict[str, Any]:
     if not data:
         raise StateDecodeError("empty session state record")
     try:
@@ -44,6 +142,10 @@ def decode_state(data: bytes) -> SessionState:
         raise StateDecodeError(f"session state is not readable: {exc}") from exc
     if not isinstance(loaded, dict):
         raise StateDecodeError("session state must be a JSON object")
+    return loaded
+
+
+def _state(loaded: dict[str, Any]) -> SessionState:
     try:
         return SessionState.from_dict(upcast(loaded))
     except StateVersionError:

@@ -1,18 +1,29 @@
-"""The local session store of one partition: a cache of the compacted sessions changelog.
+"""The session store of one partition: a local table of the sessions changelog, and a cache of
+decoded sessions within a byte budget.
 
-The changelog is the truth; this store may be wiped and rebuilt from it at any time. Records are
-kept encoded until a session is first touched, so restoring a large partition stays cheap.
+The changelog is the truth; the table (on disk in production) may be wiped and rebuilt from it
+at any time. Writes reach the table only once their transaction committed (:meth:`committed`);
+until then the written session stays in the cache, which never evicts it. Everything else is
+evicted least recently used first once the cache holds more than its budget.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from service.agent.state import SessionState
-from service.sessions.codec import decode_state
+from service.agent.types import ContentBlock, Message
+from service.sessions import history
+from service.sessions.codec import decode_session
+from service.sessions.table import MemoryTable, Row, Table
 
 EVENT_SEQ_HEADER = "cairn-event-seq"
-"""Header of a state record: the session's last event ``seq`` (kept beside the state itself)."""
+"""Header of a head record: the session's last event ``seq`` (kept beside the state itself)."""
+
+CACHE_MAX_BYTES = 128 * 1024 * 1024
+"""Default budget of decoded sessions held in memory, in bytes of their JSON."""
 
 
 @dataclass(slots=True)
@@ -21,47 +32,127 @@ class StoredSession:
 
     state: SessionState
     event_seq: int = 0
+    history: list[Message] = field(default_factory=list)
+    """The messages as stored in history records, by reference: a write stores only those of
+    ``state.messages`` that are not these very objects. Never changed in place (the engine
+    works on copies of a state's message list)."""
+    results: list[tuple[str, ContentBlock]] = field(default_factory=list)
+    """The open batch's results as stored in result slots, in slot order."""
+    sizes: list[int] = field(default_factory=list)
+    """JSON bytes of each message of ``history`` (handed on to the next write, not copied)."""
+    history_bytes: int = 0
+    """Their sum."""
+    head_size: int = 0
+    version: int = 0
+    """Bumped by every write; the committer reports the version it made durable."""
+    durable: bool = True
+    """The last write is committed (a session not yet durable is never evicted)."""
+
+    @property
+    def size(self) -> int:
+        """Bytes of JSON of the session (what the cache budget counts)."""
+        return self.head_size + self.history_bytes
 
 
 class SessionStore:
-    """Session id -> latest state; filled by the restore, then updated by each commit."""
+    """Session id -> latest state: read from the table, updated by each write and commit."""
 
-    __slots__ = ("_decoded", "_encoded")
-
-    def __init__(self) -> None:
-        self._encoded: dict[str, tuple[bytes, int]] = {}
-        self._decoded: dict[str, StoredSession] = {}
+    def __init__(
+        self, table: Table | None = None, *, cache_max_bytes: int = CACHE_MAX_BYTES
+    ) -> None:
+        self.table: Table = table if table is not None else MemoryTable()
+        self._cache: OrderedDict[str, tuple[StoredSession, int]] = OrderedDict()
+        self._cached_bytes = 0
+        self._budget = cache_max_bytes
+        self._versions = 0
 
     def load(
         self, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]]
     ) -> None:
-        """Apply one changelog record in log order (a ``None`` value deletes the session)."""
+        """Apply one changelog record in log order (a ``None`` value deletes)."""
         if key is None:
             return
-        session_id = key.decode("utf-8")
-        self._decoded.pop(session_id, None)
-        if value is None:
-            self._encoded.pop(session_id, None)
-            return
-        self._encoded[session_id] = (value, event_seq_of(headers))
+        self._forget(history.head_key_of(key).decode("utf-8", "replace"))
+        self.table.apply([(key, value, event_seq_of(headers))], self.table.position)
 
     def get(self, session_id: str) -> StoredSession | None:
-        stored = self._decoded.get(session_id)
-        if stored is not None:
-            return stored
-        encoded = self._encoded.pop(session_id, None)
-        if encoded is None:
+        cached = self._cache.get(session_id)
+        if cached is not None:
+            self._cache.move_to_end(session_id)
+            return cached[0]
+        found = self.table.get(session_id.encode())
+        if found is None:
             return None
-        stored = StoredSession(state=decode_state(encoded[0]), event_seq=encoded[1])
-        self._decoded[session_id] = stored
+        head, seq = found
+        records = dict(self.table.scan(history.prefix(session_id)))
+        loaded = decode_session(head, records)
+        stored = StoredSession(
+            state=loaded.state,
+            event_seq=seq,
+            history=loaded.history,
+            results=loaded.results,
+            sizes=loaded.sizes,
+            history_bytes=sum(loaded.sizes),
+            head_size=loaded.head_size,
+        )
+        self._remember(session_id, stored)
         return stored
 
     def put(self, session_id: str, stored: StoredSession) -> None:
-        self._encoded.pop(session_id, None)
-        self._decoded[session_id] = stored
+        """The session's latest state (written, not yet committed)."""
+        self._versions += 1
+        stored.version = self._versions
+        stored.durable = False
+        self._forget(session_id)
+        self._remember(session_id, stored)
+
+    def drop(self, session_id: str) -> None:
+        """Forget the session (its tombstones are written)."""
+        self._forget(session_id)
+
+    def committed(self, rows: Iterable[Row], position: int, versions: dict[str, int]) -> None:
+        """Records of a committed transaction, in log order, and the changelog offset after
+        them; the sessions written at ``versions`` are durable now."""
+        self.table.apply(rows, position)
+        for session_id, version in versions.items():
+            cached = self._cache.get(session_id)
+            if cached is not None and cached[0].version == version:
+                cached[0].durable = True
+        self._evict()
+
+    def keys_of(self, session_id: str) -> list[bytes]:
+        """Every changelog key the session has records under (head last)."""
+        keys = [key for key, _ in self.table.scan(history.prefix(session_id))]
+        return [*keys, session_id.encode()]
 
     def __len__(self) -> int:
-        return len(self._encoded) + len(self._decoded)
+        return self.table.heads()
+
+    @property
+    def cached_bytes(self) -> int:
+        return self._cached_bytes
+
+    def _remember(self, session_id: str, stored: StoredSession) -> None:
+        size = stored.size
+        self._cache[session_id] = (stored, size)
+        self._cached_bytes += size
+        self._evict()
+
+    def _forget(self, session_id: str) -> None:
+        cached = self._cache.pop(session_id, None)
+        if cached is not None:
+            self._cached_bytes -= cached[1]
+
+    def _evict(self) -> None:
+        if self._cached_bytes <= self._budget:
+            return
+        for session_id in list(self._cache):
+            if self._cached_bytes <= self._budget:
+                return
+            stored, size = self._cache[session_id]
+            if stored.durable:
+                del self._cache[session_id]
+                self._cached_bytes -= size
 
 
 def event_seq_of(headers: list[tuple[str, bytes]]) -> int:

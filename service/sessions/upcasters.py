@@ -53,3 +53,11 @@ def upcast(
         version += 1
         data["schema_version"] = version
     return data
+
+
+@register(1)
+def _messages_may_move_to_history(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 keeps messages in history records beside a head; a version 1 state, written
+    whole, is a valid version 2 state with its messages inline (converted on its next write).
+    Version 1 readers refuse version 2 heads, which they would read as an empty conversation."""
+    return data

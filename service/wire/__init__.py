@@ -2,6 +2,6 @@
 
 The runtime needs only :mod:`service.wire.codec` (``decode_command``, ``decode_control``,
 ``encode_result``, ``encode_event``), :mod:`service.wire.results` (``result_record``,
-``error_record``), :mod:`service.wire.dlq` (header names) and
+``error_record``, ``deleted_result``), :mod:`service.wire.dlq` (header names) and
 :class:`service.wire.errors.WireError`, the one error decoding raises.
 """

@@ -48,8 +48,8 @@ TOPICS = (
     Topic(
         "commands",
         "cairn.commands",
-        ("invoke", "resume"),
-        "Commands from upstream: invoke an agent, resume a paused session.",
+        ("invoke", "resume", "delete"),
+        "Commands from upstream: invoke an agent, resume a paused session, delete a session.",
         co_partitioned=True,
     ),
     Topic(
@@ -100,6 +100,11 @@ TOPICS = (
 _MESSAGE_TEXT: dict[str, tuple[str, str]] = {
     "invoke": ("Invoke an agent", "Run the named agent on a prompt in a session."),
     "resume": ("Resume a paused session", "Continue from a checkpoint or answer interrupts."),
+    "delete": (
+        "Delete a session",
+        "Stop what runs or waits for the session and tombstone all of its state; the result "
+        "carries a deleted report.",
+    ),
     "cancel": ("Cancel", "Stop a running invocation, resolve a pause or skip a queued command."),
     "agent_result": ("Result of one command", "How the invocation ended, and how to continue."),
     "event.text_delta": ("Model text", "Model text streamed since the previous event."),

@@ -18,8 +18,11 @@ WireVersion = Literal[1]
 
 MAX_ID_LENGTH = 256
 
-Id = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_LENGTH)]
-"""A session, command, tool-use or interrupt id: a non-empty string of at most 256 chars."""
+Id = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_ID_LENGTH, pattern=r"^[^\x00]+$")
+]
+"""A session, command, tool-use or interrupt id: a non-empty string of at most 256 chars, with
+no NUL character (the sessions topic keys a session's history records by its id and a NUL)."""
 
 JsonObject = dict[str, Any]
 

@@ -13,7 +13,13 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from service.wire.commands import CancelCommand, Command, InvokeCommand, ResumeCommand
+from service.wire.commands import (
+    CancelCommand,
+    Command,
+    DeleteCommand,
+    InvokeCommand,
+    ResumeCommand,
+)
 from service.wire.errors import ErrorCode, WireError, WireIssue
 from service.wire.events import EVENT_TYPES, ProgressEvent
 from service.wire.pauses import CHECKPOINT_TAG, is_wrapped_checkpoint
@@ -31,19 +37,24 @@ the result, prompt messages in the session state), so a deeper command could nev
 
 M = TypeVar("M", bound=BaseModel)
 
-COMMAND_TYPES: Mapping[str, type[InvokeCommand] | type[ResumeCommand]] = {
+COMMAND_TYPES: Mapping[str, type[InvokeCommand] | type[ResumeCommand] | type[DeleteCommand]] = {
     "invoke": InvokeCommand,
     "resume": ResumeCommand,
+    "delete": DeleteCommand,
 }
 CONTROL_TYPES: Mapping[str, type[CancelCommand]] = {"cancel": CancelCommand}
 RESULT_TYPES: Mapping[str, type[ResultRecord]] = {"agent_result": ResultRecord}
 _ELSEWHERE = {
     "invoke": "the commands topic",
     "resume": "the commands topic",
+    "delete": "the commands topic",
     "cancel": "the control topic",
     "agent_result": "the results topic",
     **dict.fromkeys(EVENT_TYPES, "the events topic"),
 }
+
+_RESUME_PAYLOAD: Mapping[type[BaseModel], str] = {InvokeCommand: "prompt", ResumeCommand: "resume"}
+"""The field of a command that may hold a resume payload (a delete has none)."""
 
 _MESSAGES = {"missing": "is required", "extra_forbidden": "is not a known field"}
 
@@ -81,7 +92,9 @@ def _reason(issues: tuple[WireIssue, ...]) -> str:
 
 def _id(raw: Mapping[str, Any], name: str) -> str | None:
     value = raw.get(name)
-    return value if isinstance(value, str) and value else None
+    if not isinstance(value, str) or not value or "\x00" in value:
+        return None
+    return value
 
 
 def _fail(
@@ -187,14 +200,17 @@ def decode_command(
     key: bytes | KeyCheck | None = KeyCheck.SKIP,
     max_bytes: int | None = DEFAULT_MAX_RECORD_BYTES,
 ) -> Command:
-    """A commands-topic value as an invoke or a resume (an invoke with a resume prompt resumes).
+    """A commands-topic value as an invoke, a resume or a delete.
 
-    Pass the record ``key`` so a record keyed differently from its ``session_id`` (it would
-    sit on another session's partition) is refused.
+    An invoke with a resume prompt is returned as the resume it stands for. Pass the record
+    ``key`` so a record keyed differently from its ``session_id`` (it would sit on another
+    session's partition) is refused.
     """
     raw = _load_command(value, max_bytes)
     model = _model_for(raw, COMMAND_TYPES)
-    _refuse_wrapped_checkpoint(raw, "prompt" if model is InvokeCommand else "resume")
+    payload = _RESUME_PAYLOAD.get(model)
+    if payload is not None:
+        _refuse_wrapped_checkpoint(raw, payload)
     command = _validate(model, raw)
     _check_key(raw, command.session_id, key)
     if isinstance(command, InvokeCommand) and command.is_resume:

@@ -1,4 +1,5 @@
-"""Commands Cairn receives: ``invoke`` and ``resume`` (commands topic), ``cancel`` (control topic).
+"""Commands Cairn receives: ``invoke``, ``resume`` and ``delete`` (commands topic), ``cancel``
+(control topic).
 
 Field names are fixed by the design; a command without ``schema_version`` is read as version 1. An
 ``invoke`` whose prompt has a resume shape is a resume: :meth:`InvokeCommand.as_resume`.
@@ -178,5 +179,13 @@ class CancelCommand(_Command):
     """Let the running tool batch finish, then stop."""
 
 
-Command = InvokeCommand | ResumeCommand
+class DeleteCommand(_Command):
+    """Delete a session: stop what runs or waits for it and tombstone all of its state."""
+
+    type: Literal["delete"] = "delete"
+    metadata: JsonObject = Field(default_factory=dict)
+    """Any JSON object, echoed unchanged in the result."""
+
+
+Command = InvokeCommand | ResumeCommand | DeleteCommand
 """What the commands topic carries, after an ``invoke`` with a resume prompt became a resume."""

@@ -15,7 +15,13 @@ from service.agent.interrupts import tool_call_id
 from service.agent.state import PendingBatch, SessionState
 from service.agent.types import AgentResult, Checkpoint, ErrorInfo, Interrupt, Usage
 from service.wire.codec import encode
-from service.wire.commands import CancelCommand, InvokeCommand, Limits, ResumeCommand
+from service.wire.commands import (
+    CancelCommand,
+    DeleteCommand,
+    InvokeCommand,
+    Limits,
+    ResumeCommand,
+)
 from service.wire.dlq import dlq_headers
 from service.wire.errors import ErrorCode
 from service.wire.events import (
@@ -27,7 +33,7 @@ from service.wire.events import (
     ToolStartedEvent,
 )
 from service.wire.pauses import CheckpointResume, InterruptAnswer
-from service.wire.results import CancelReport, error_record, result_record
+from service.wire.results import CancelReport, deleted_result, error_record, result_record
 from service.wire.session_record import SessionStateRecord
 
 SESSION = "support-4711"
@@ -193,6 +199,10 @@ def _commands() -> dict[str, tuple[str, Any]]:
                 metadata=METADATA,
             ),
         ),
+        "delete/session": (
+            "delete",
+            DeleteCommand(command_id="cmd-0950", session_id=SESSION, metadata=METADATA),
+        ),
         "cancel/session": (
             "cancel",
             CancelCommand(command_id="cmd-0900", session_id=SESSION),
@@ -301,6 +311,33 @@ def _results() -> dict[str, tuple[str, Any]]:
         "agent_result",
         cancel_answer.model_copy(
             update={"cancel": CancelReport(stopped="cmd-0003", skipped=["cmd-0004"], resolved=None)}
+        ),
+    )
+    # A delete's own result says what it removed: here it stopped the running invocation
+    # (answered first, cancelled) and skipped the command queued behind it.
+    out["agent_result/deleted"] = (
+        "agent_result",
+        deleted_result(
+            session_id=SESSION,
+            command_id="cmd-0950",
+            existed=True,
+            records=2,
+            stopped="cmd-0007",
+            skipped=["cmd-0008"],
+            metadata=METADATA,
+        ),
+    )
+    # A delete published again (same command_id) after the session was gone finds nothing.
+    out["agent_result/deleted-nothing"] = (
+        "agent_result",
+        deleted_result(
+            session_id=SESSION,
+            command_id="cmd-0950",
+            existed=False,
+            records=0,
+            stopped=None,
+            skipped=[],
+            metadata=METADATA,
         ),
     )
     # Metadata too large to echo within the record limit is left out, and flagged.

@@ -6,6 +6,7 @@ Its body is exactly ``AgentResult.to_dict()`` of the engine plus ``schema_versio
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
@@ -44,6 +45,23 @@ class CancelReport(PartModel):
     """The commands it answered ``cancelled`` without running them, in the order answered."""
     resolved: Literal["checkpoint", "interrupt"] | None
     """The kind of pause it resolved (the pause's checkpoint is stale from then on)."""
+
+
+class DeletedReport(PartModel):
+    """What a delete removed, on its own result; ``existed`` is false when nothing was there."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    existed: bool
+    """The session had state to delete."""
+    records: Annotated[int, Field(ge=0)]
+    """How many state records it tombstoned."""
+    stopped: Id | None
+    """The running invocation it stopped; that command's own result, ahead of this one, says
+    how it ended."""
+    skipped: list[Id]
+    """The queued commands of the session it answered ``cancelled`` without running them, in
+    the order answered."""
 
 
 def _result_schema(schema: dict[str, Any]) -> None:
@@ -97,6 +115,8 @@ class ResultRecord(OutboundModel):
     limit; written only then."""
     cancel: CancelReport | None = None
     """On a cancel's own result only (written only there): what the cancel covered."""
+    deleted: DeletedReport | None = None
+    """On a delete's own result only (written only there): what the delete removed."""
 
     @model_validator(mode="after")
     def _pause_fields_agree(self) -> ResultRecord:
@@ -148,4 +168,32 @@ def error_record(
         state=state if state is not None else {},
         error=ErrorBody(code=code, message=message),
         metadata=metadata if metadata is not None else {},
+    )
+
+
+def deleted_result(
+    *,
+    session_id: str,
+    command_id: str,
+    existed: bool,
+    records: int,
+    stopped: str | None,
+    skipped: Sequence[str],
+    metadata: JsonObject | None = None,
+) -> ResultRecord:
+    """A delete's own result: ``end_turn`` with nothing else set, and its ``deleted`` report."""
+    return ResultRecord(
+        session_id=session_id,
+        command_id=command_id,
+        message=None,
+        stop_reason="end_turn",
+        checkpoint=None,
+        interrupts=None,
+        metrics={},
+        state={},
+        error=None,
+        metadata=metadata if metadata is not None else {},
+        deleted=DeletedReport(
+            existed=existed, records=records, stopped=stopped, skipped=list(skipped)
+        ),
     )

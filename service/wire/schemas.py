@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from service.wire.commands import CancelCommand, InvokeCommand, ResumeCommand
+from service.wire.commands import CancelCommand, DeleteCommand, InvokeCommand, ResumeCommand
 from service.wire.dlq import DlqHeaders
 from service.wire.events import EVENT_TYPES
 from service.wire.results import ResultRecord
@@ -22,6 +22,7 @@ ID_PREFIX = "urn:cairn:contracts:schemas:"
 MESSAGE_MODELS: dict[str, type[BaseModel]] = {
     "invoke": InvokeCommand,
     "resume": ResumeCommand,
+    "delete": DeleteCommand,
     "cancel": CancelCommand,
     "agent_result": ResultRecord,
     **{f"event.{name}": model for name, model in EVENT_TYPES.items()},

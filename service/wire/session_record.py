@@ -14,7 +14,7 @@ from service.wire.base import Id, JsonObject, OutboundModel, PartModel
 from service.wire.blocks import Message, WrittenBlock
 from service.wire.pauses import Checkpoint, Interrupt
 
-SessionVersion = Literal[1]
+SessionVersion = Literal[2]
 """Session-state versions this build writes; older ones are upcast by the sessions codec."""
 
 

@@ -1,7 +1,9 @@
 """Write the golden session states of the current state version into ``contracts/sessions/``.
 
 Run once per released state version (``python -m tests.contract.goldens``); existing files are
-never overwritten, because old goldens must keep loading unchanged.
+never overwritten, because old goldens must keep loading unchanged. Each state is written twice:
+whole (``v<N>/``), and as the changelog records that hold it (``changelog-v<N>/``: a list of
+``{"key", "value"}`` in write order, keys as text, values as JSON, ``null`` for a tombstone).
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from pathlib import Path
 import orjson
 
 from service.agent.state import SESSION_STATE_VERSION, SessionState
+from service.sessions.history import unpack
+from service.sessions.store import SessionStore
+from service.sessions.writer import SessionWriter
 from tests.contract.session_scenario import PROMPT, SESSION, continuation, step, support_agent
 
 OUT = Path(__file__).resolve().parents[2] / "contracts" / "sessions"
@@ -48,17 +53,31 @@ async def capture() -> dict[str, SessionState]:
     raise AssertionError("the scenario did not end")
 
 
+def changelog_records(state: SessionState) -> list[dict[str, object]]:
+    """The records one write of ``state`` puts on the changelog, readable."""
+    write = SessionWriter(SessionStore(), record_max_bytes=900_000).write(state, 0)
+    return [
+        {"key": key.decode(), "value": None if value is None else unpack(value)[0]}
+        for key, value in write.records
+    ]
+
+
 def main() -> int:
-    target = OUT / f"v{SESSION_STATE_VERSION}"
-    target.mkdir(parents=True, exist_ok=True)
+    whole = OUT / f"v{SESSION_STATE_VERSION}"
+    records = OUT / f"changelog-v{SESSION_STATE_VERSION}"
     for name, state in asyncio.run(capture()).items():
-        path = target / f"{name}.json"
-        if path.exists():
-            print(f"kept {path} (goldens are never rewritten)")
-            continue
-        path.write_bytes(orjson.dumps(state.to_dict(), option=orjson.OPT_INDENT_2) + b"\n")
-        print(f"wrote {path}")
+        _write(whole / f"{name}.json", state.to_dict())
+        _write(records / f"{name}.json", changelog_records(state))
     return 0
+
+
+def _write(path: Path, value: object) -> None:
+    if path.exists():
+        print(f"kept {path} (goldens are never rewritten)")
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(orjson.dumps(value, option=orjson.OPT_INDENT_2) + b"\n")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -17,11 +17,14 @@ from service.agent.errors import CheckpointStaleError
 from service.agent.state import SESSION_STATE_VERSION
 from service.agent.types import Checkpoint
 from service.sessions.codec import decode_state, encode_state
+from service.sessions.history import pack
+from service.sessions.store import SessionStore
 from service.wire.session_record import SessionStateRecord
-from tests.contract.session_scenario import FINAL_TEXT, run_to_end, support_agent
+from tests.contract.session_scenario import FINAL_TEXT, SESSION, run_to_end, support_agent
 
 SESSIONS = Path(__file__).resolve().parents[2] / "contracts" / "sessions"
 GOLDENS = sorted(SESSIONS.glob("v*/*.json"))
+CHANGELOG_GOLDENS = sorted(SESSIONS.glob("changelog-v*/*.json"))
 
 
 def test_goldens_exist_for_the_current_version_with_both_kinds_of_pause() -> None:
@@ -78,3 +81,27 @@ def test_state_from_the_future_is_refused() -> None:
     data["schema_version"] = SESSION_STATE_VERSION + 1
     with pytest.raises(ValueError, match="newer than this build"):
         decode_state(orjson.dumps(data))
+
+
+def _from_changelog(path: Path) -> SessionStore:
+    store = SessionStore()
+    for record in orjson.loads(path.read_bytes()):
+        value = record["value"]
+        store.load(record["key"].encode(), None if value is None else pack(value)[0], [])
+    return store
+
+
+def test_changelog_goldens_exist_for_the_current_version() -> None:
+    current = f"changelog-v{SESSION_STATE_VERSION}"
+    names = {p.stem for p in CHANGELOG_GOLDENS if p.parent.name == current}
+    assert {"paused-after-model", "paused-after-tools", "pending-interrupt"} <= names
+
+
+@pytest.mark.parametrize("path", CHANGELOG_GOLDENS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_changelog_golden_loads_as_the_same_state_written_whole(path: Path) -> None:
+    """The head and history records load as the whole golden of the same name, which the
+    resume test above continues to the end of its turn."""
+    stored = _from_changelog(path).get(SESSION)
+    assert stored is not None
+    version = path.parent.name.removeprefix("changelog-")
+    assert stored.state == decode_state((SESSIONS / version / path.name).read_bytes())

@@ -8,6 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
+from service.runtime.records import parse_command
+from service.runtime.work import InputRecord, Origin
 from service.wire.codec import (
     DEFAULT_MAX_RECORD_BYTES,
     MAX_DEPTH,
@@ -16,7 +18,7 @@ from service.wire.codec import (
     encode,
     encode_result,
 )
-from service.wire.commands import CancelCommand, InvokeCommand, ResumeCommand
+from service.wire.commands import CancelCommand, DeleteCommand, InvokeCommand, ResumeCommand
 from service.wire.errors import WireError
 from service.wire.results import error_record
 
@@ -40,6 +42,12 @@ CANCEL: dict[str, Any] = {
     "type": "cancel",
     "schema_version": 1,
     "command_id": "c-3",
+    "session_id": "s-1",
+}
+DELETE: dict[str, Any] = {
+    "type": "delete",
+    "schema_version": 1,
+    "command_id": "c-4",
     "session_id": "s-1",
 }
 ANSWER = {"interruptResponse": {"interruptId": "v1:before_tools:x", "response": {"ok": True}}}
@@ -136,6 +144,32 @@ def test_cancel_is_read_from_the_control_topic() -> None:
     assert plain.after_current_tools is False and plain.target_command_id is None
 
 
+def test_delete_is_read_from_the_commands_topic_and_reencodes_unchanged() -> None:
+    value = raw({**DELETE, "metadata": {"ticket": "T-9"}})
+    command = decode_command(value, key=b"s-1")
+    assert isinstance(command, DeleteCommand)
+    assert (command.command_id, command.session_id, command.metadata) == (
+        "c-4",
+        "s-1",
+        {"ticket": "T-9"},
+    )
+    assert orjson.loads(encode(command)) == orjson.loads(value)
+    plain = decode_command(raw({k: v for k, v in DELETE.items() if k != "schema_version"}))
+    assert orjson.loads(encode(plain)) == DELETE
+    assert plain.metadata == {}
+
+
+def test_a_delete_reaches_the_runtime_without_agent_or_input() -> None:
+    value = raw({**DELETE, "metadata": {"m": 1}})
+    record = InputRecord(Origin("cairn.commands", 0, 7), b"s-1", value, [], 0)
+    parsed = parse_command(record)
+    assert (parsed.type, parsed.command_id, parsed.session_id) == ("delete", "c-4", "s-1")
+    assert (parsed.agent, parsed.input, parsed.metadata) == (None, None, {"m": 1})
+    assert (parsed.checkpointing, parsed.limits, parsed.invocation_state) == (None, None, None)
+    with pytest.raises(WireError, match="does not match the record key"):
+        parse_command(InputRecord(Origin("cairn.commands", 0, 8), b"s-2", value, [], 0))
+
+
 INVALID: list[tuple[str, dict[str, Any], str, str]] = [
     (
         "unknown type",
@@ -148,6 +182,36 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         {**INVOKE, "type": "cancel"},
         "invalid_command",
         "'cancel' belongs on the control topic",
+    ),
+    (
+        "delete with an agent",
+        {**DELETE, "agent": "support"},
+        "invalid_command",
+        "agent: is not a known field",
+    ),
+    (
+        "delete with a prompt",
+        {**DELETE, "prompt": "hi"},
+        "invalid_command",
+        "prompt: is not a known field",
+    ),
+    (
+        "delete with a wrapped checkpoint",
+        {**DELETE, "resume": [{"checkpointResume": {"checkpoint": CHECKPOINT}}]},
+        "invalid_command",
+        "resume: is not a known field",
+    ),
+    (
+        "delete without session_id",
+        {k: v for k, v in DELETE.items() if k != "session_id"},
+        "invalid_command",
+        "session_id: is required",
+    ),
+    (
+        "delete metadata not an object",
+        {**DELETE, "metadata": "x"},
+        "invalid_command",
+        "metadata: Input should be a valid dictionary",
     ),
     ("type not a string", {**INVOKE, "type": 3}, "invalid_command", "type: must be a string"),
     (
@@ -410,6 +474,9 @@ def test_the_record_key_must_be_the_session_id() -> None:
     assert "session_id: does not match the record key 's-2'" in error.reason
     assert error.answerable
     assert "the record has no key" in refused(raw(INVOKE), key=None).reason
+    assert decode_command(raw(DELETE), key=b"s-1").session_id == "s-1"
+    assert "does not match the record key 's-2'" in refused(raw(DELETE), key=b"s-2").reason
+    assert "the record has no key" in refused(raw(DELETE), key=None).reason
     with pytest.raises(WireError, match="does not match the record key"):
         decode_control(raw(CANCEL), key=b"other")
 
@@ -417,6 +484,8 @@ def test_the_record_key_must_be_the_session_id() -> None:
 def test_control_refuses_commands_and_commands_refuse_cancels() -> None:
     with pytest.raises(WireError, match="'invoke' belongs on the commands topic"):
         decode_control(raw(INVOKE))
+    with pytest.raises(WireError, match="'delete' belongs on the commands topic"):
+        decode_control(raw(DELETE))
     with pytest.raises(WireError, match=r"unknown_field: is not a known field"):
         decode_control(raw({**CANCEL, "unknown_field": 1}))
     with pytest.raises(WireError, match="target_command_id: String should have at least 1"):

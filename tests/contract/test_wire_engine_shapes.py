@@ -18,7 +18,7 @@ from service.wire.errors import ERROR_CODES, WireError
 from service.wire.events import EVENT_TYPES
 from service.wire.pauses import Checkpoint as WireCheckpoint
 from service.wire.pauses import Interrupt as WireInterrupt
-from service.wire.results import error_record, result_record
+from service.wire.results import deleted_result, error_record, result_record
 from service.wire.schemas import message_schema
 from service.wire.session_record import SessionStateRecord
 from tests.contract.session_scenario import PROMPT, SESSION, continuation, step, support_agent
@@ -102,8 +102,9 @@ def test_every_engine_result_and_state_satisfies_the_published_schemas(
         assert not errors, errors[0].message
 
 
-WRITTEN_WHEN_SET = {"metadata_truncated", "cancel"}
-"""Result fields absent unless they say something: a truncated echo, a cancel's report."""
+WRITTEN_WHEN_SET = {"metadata_truncated", "cancel", "deleted"}
+"""Result fields absent unless they say something: a truncated echo, a cancel's or a delete's
+report."""
 
 
 def test_fast_encoding_equals_the_pydantic_dump(
@@ -114,6 +115,58 @@ def test_fast_encoding_equals_the_pydantic_dump(
         assert encode_result(record) == orjson.dumps(record.model_dump(exclude_unset=True))
         # Every field is written, except those written only where they apply.
         assert encode_result(record) == orjson.dumps(record.model_dump(exclude=WRITTEN_WHEN_SET))
+
+
+def test_a_deletes_result_carries_its_report_and_nothing_else() -> None:
+    record = deleted_result(
+        session_id="s",
+        command_id="d",
+        existed=True,
+        records=3,
+        stopped="c1",
+        skipped=("c2", "c3"),
+        metadata={"m": 1},
+    )
+    value = encode_result(record)
+    body = orjson.loads(value)
+    assert not list(Draft202012Validator(message_schema("agent_result")).iter_errors(body))
+    assert body["deleted"] == {
+        "existed": True,
+        "records": 3,
+        "stopped": "c1",
+        "skipped": ["c2", "c3"],
+    }
+    assert {k: body[k] for k in ("stop_reason", "message", "checkpoint", "interrupts")} == {
+        "stop_reason": "end_turn",
+        "message": None,
+        "checkpoint": None,
+        "interrupts": None,
+    }
+    assert (body["metrics"], body["state"], body["error"], body["metadata"]) == (
+        {},
+        {},
+        None,
+        {"m": 1},
+    )
+    assert "cancel" not in body and "metadata_truncated" not in body
+    assert decode_result(value) == record
+    nothing = deleted_result(
+        session_id="s", command_id="d", existed=False, records=0, stopped=None, skipped=[],
+        metadata=None,
+    )  # fmt: skip
+    assert orjson.loads(encode_result(nothing))["deleted"] == {
+        "existed": False,
+        "records": 0,
+        "stopped": None,
+        "skipped": [],
+    }
+    with pytest.raises(ValidationError, match="records"):
+        deleted_result(
+            session_id="s", command_id="d", existed=True, records=-1, stopped=None, skipped=[],
+            metadata=None,
+        )  # fmt: skip
+    negative = {**body, "deleted": {**body["deleted"], "records": -1}}
+    assert not Draft202012Validator(message_schema("agent_result")).is_valid(negative)
 
 
 def test_every_engine_state_matches_the_session_record(

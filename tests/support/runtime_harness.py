@@ -27,8 +27,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from service.agent.state import SessionState
 from service.runtime.topics import create_topics
-from service.sessions.codec import decode_state
-from service.sessions.store import event_seq_of
+from service.sessions.store import SessionStore
 from service.settings import KafkaSettings, TopicSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -147,8 +146,12 @@ async def last_session_state(cluster: Cluster, session_id: str) -> tuple[Session
     records = await committed_records(
         cluster.bootstrap, cluster.topics.sessions, cluster.partitions
     )
-    [*_, last] = [r for r in records if r.key == session_id.encode()]
-    return decode_state(last.value), event_seq_of(list(last.headers))
+    store = SessionStore()
+    for record in records:
+        store.load(record.key, record.value, list(record.headers))
+    stored = store.get(session_id)
+    assert stored is not None, f"no committed state of {session_id}"
+    return stored.state, stored.event_seq
 
 
 async def create_topics_raw(bootstrap: str, counts: dict[str, int]) -> None:

@@ -120,6 +120,7 @@ async def invoke(
     checkpointing: bool | None = None,
     limits: Limits | None = None,
     invocation_state: dict[str, Any] | None = None,
+    result_max_bytes: int | None = None,
 ) -> Outcome:
     invocation = Invocation(
         command_id or f"cmd-{next(_counter)}",
@@ -127,6 +128,7 @@ async def invoke(
         checkpointing=checkpointing,
         limits=limits,
         invocation_state=invocation_state,
+        result_max_bytes=result_max_bytes,
     )
     events = [e async for e in run_invocation(agent, state, invocation, cancel=cancel)]
     last = events[-1]

@@ -22,6 +22,7 @@ from service.wire.codec import decode_command
 from service.wire.commands import CancelCommand
 from service.wire.errors import WireError
 from tests.support.agents import CycleModel
+from tests.support.session_records import restored, writer_for
 
 TOPICS = TopicSettings()
 
@@ -49,7 +50,7 @@ class _Desk:
         self.ran: list[str] = []
         self.metrics = Metrics()
         self.desk = CancelDesk(
-            store=self.store,
+            writer=writer_for(self.store),
             submit=self.outcomes.append,
             topics=TOPICS,
             agents={},
@@ -203,11 +204,10 @@ async def test_a_cancel_read_again_after_a_restart_still_covers_older_commands()
 async def test_an_answered_cancel_covers_older_commands_first_read_by_the_next_owner() -> None:
     before = _Desk(_idle())
     await before.run(before.desk.read(*_cancel(0, ts=100)))
-    restored = SessionStore()  # what the next owner restores: the state committed with it
-    for outcome in before.outcomes:
-        if outcome.state is not None:
-            restored.load(outcome.state.session_id.encode(), outcome.state.value, [])
-    after = _Desk(restored)  # never reads the cancel: its offset was committed with its answer
+    # What the next owner restores: the state committed with it.
+    after = _Desk(
+        restored(before.outcomes)
+    )  # never reads the cancel: its offset was committed with its answer
     await after.run(_command("old", 1, ts=100))
     await after.run(_command("new", 2, ts=101))
     assert after.ran == ["new"]

@@ -19,8 +19,8 @@ from service.runtime.invoker import Invoker
 from service.runtime.records import ParsedCommand
 from service.runtime.session_queue import SessionQueues
 from service.runtime.work import CommandWork, InputRecord, Origin, Outcome
-from service.sessions.store import SessionStore
 from service.settings import TopicSettings
+from tests.support.session_records import writer_for
 
 TOPICS = TopicSettings()
 
@@ -65,7 +65,7 @@ def _invoker(outcomes: list[Outcome], **models: ModelProvider) -> Invoker:
 
     return Invoker(
         agents={name: AgentDefinition(name=name, model=model) for name, model in models.items()},
-        store=SessionStore(),
+        writer=writer_for(),
         submit=outcomes.append,
         durable=durable,
         stopping=lambda: False,

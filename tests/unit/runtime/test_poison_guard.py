@@ -10,9 +10,9 @@ from service.runtime.committer import CommitFailedError
 from service.runtime.poison import PoisonGuard
 from service.runtime.records import ParsedCommand
 from service.runtime.work import CommandWork, InputRecord, Origin, Outcome
-from service.sessions.codec import decode_state
 from service.sessions.store import SessionStore, StoredSession
 from service.settings import TopicSettings
+from tests.support.session_records import restored, writer_for
 
 TOPICS = TopicSettings()
 
@@ -31,7 +31,9 @@ class _Guarded:
         if state is not None:
             self.store.put("s", StoredSession(state, 4))
         self.outcomes: list[Outcome] = []
-        self.guard = PoisonGuard(store=self.store, submit=self.outcomes.append, topics=TOPICS)
+        self.guard = PoisonGuard(
+            writer=writer_for(self.store), submit=self.outcomes.append, topics=TOPICS
+        )
 
 
 async def test_an_unexpected_failure_is_answered_internal_with_its_offset_and_state() -> None:
@@ -50,7 +52,9 @@ async def test_an_unexpected_failure_is_answered_internal_with_its_offset_and_st
     assert body["command_id"] == "c" and body["error"]["code"] == "internal"
     assert "KeyError" in body["error"]["message"]
     assert outcome.state is not None
-    state = decode_state(outcome.state.value)
+    stored = restored([outcome]).get("s")
+    assert stored is not None
+    state = stored.state
     assert state.inflight is None and "c" in state.applied_commands
     assert outcome.state.event_seq == 4
 

@@ -1,0 +1,114 @@
+"""The records of a session's history on the sessions changelog, and their keys.
+
+A session is a small head record, keyed by the session id, plus one history record per message
+(and one per tool result of a batch still open), each under a key of its own so compaction keeps
+every one of them until the session is deleted:
+
+- ``<session id> NUL "m" <index, 10 digits>``: message ``index`` of the conversation;
+- ``<session id> NUL "r" <slot, 5 digits>``: the ``slot``-th completed tool result of the open
+  batch (the head lists their toolUseIds in slot order).
+
+A value larger than a record may hold is split: the first part is ``"s"``, the part count
+(4 bytes, big-endian), then the first chunk; part ``k`` (``k >= 1``) lives under the same key
+followed by ``"." <k, 5 digits>``. A whole value is ``{`` plain JSON or ``z`` zlib JSON, as the
+head's codec writes. Session ids never hold a NUL (the wire refuses control characters), so a
+history key can never be a head key, and ``<session id> NUL`` prefixes exactly one session.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import orjson
+
+SEPARATOR = b"\x00"
+MESSAGE = b"m"
+RESULT = b"r"
+_SPLIT = b"s"
+_ZLIB = b"z"
+_PART = b"."
+_LEVEL = 1
+COMPRESS_ABOVE = 2048
+"""Bytes of JSON above which a record is compressed (small records gain nothing)."""
+
+
+class HistoryDecodeError(ValueError):
+    """A history record is missing or unreadable."""
+
+
+def prefix(session_id: str) -> bytes:
+    """Every history key of the session starts with this (and no other session's does)."""
+    return session_id.encode() + SEPARATOR
+
+
+def message_key(session_id: str, index: int) -> bytes:
+    return prefix(session_id) + MESSAGE + b"%010d" % index
+
+
+def result_key(session_id: str, slot: int) -> bytes:
+    return prefix(session_id) + RESULT + b"%05d" % slot
+
+
+def is_history_key(key: bytes) -> bool:
+    return SEPARATOR in key
+
+
+def head_key_of(key: bytes) -> bytes:
+    """The head key of the session a head or history key belongs to."""
+    return key.split(SEPARATOR, 1)[0]
+
+
+def pack(value: Any) -> tuple[bytes, int]:
+    """JSON of ``value``, compressed when large, and the length of the JSON."""
+    raw = orjson.dumps(value)
+    if len(raw) > COMPRESS_ABOVE:
+        return _ZLIB + zlib.compress(raw, _LEVEL), len(raw)
+    return raw, len(raw)
+
+
+def unpack(data: bytes) -> tuple[Any, int]:
+    """The value :func:`pack` wrote and the length of its JSON; raises ``ValueError`` (zlib or
+    JSON) when unreadable."""
+    if data[:1] == _ZLIB:
+        data = zlib.decompress(data[1:])
+    return orjson.loads(data), len(data)
+
+
+def split(key: bytes, body: bytes, part_max: int) -> Iterator[tuple[bytes, bytes]]:
+    """The records that hold ``body`` under ``key``: one when it fits ``part_max``."""
+    if len(body) <= part_max:
+        yield key, body
+        return
+    first = part_max - 5
+    rest = body[first:]
+    chunks = [body[:first]] + [rest[i : i + part_max] for i in range(0, len(rest), part_max)]
+    yield key, _SPLIT + len(chunks).to_bytes(4, "big") + chunks[0]
+    for k in range(1, len(chunks)):
+        yield key + _PART + b"%05d" % k, chunks[k]
+
+
+def join(key: bytes, records: Mapping[bytes, bytes]) -> bytes:
+    """The body stored under ``key`` in ``records`` (reassembled when it was split)."""
+    first = records.get(key)
+    if first is None:
+        raise HistoryDecodeError(f"history record {key!r} is missing")
+    if first[:1] != _SPLIT:
+        return first
+    count = int.from_bytes(first[1:5], "big")
+    chunks = [first[5:]]
+    for k in range(1, count):
+        chunk = records.get(key + _PART + b"%05d" % k)
+        if chunk is None:
+            raise HistoryDecodeError(f"part {k} of {count} of history record {key!r} is missing")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def load(key: bytes, records: Mapping[bytes, bytes]) -> tuple[Any, int]:
+    """The value stored under ``key`` and the length of its JSON."""
+    try:
+        return unpack(join(key, records))
+    except (zlib.error, orjson.JSONDecodeError) as exc:
+        raise HistoryDecodeError(f"history record {key!r} is not readable: {exc}") from exc

@@ -1,0 +1,223 @@
+"""Local tables of one partition's sessions changelog: key -> (value, event seq), plus the
+changelog offset the table is complete up to.
+
+:class:`SqliteTable` is the disk-backed one the runtime uses (one SQLite file per partition, in
+WAL mode); :class:`MemoryTable` holds the same in a dict (tests, tools). Both apply a batch of
+changelog records and the new position in one transaction, so whatever the table holds, even
+after a kill -9, is the changelog up to its position: a reader replays the tail from there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Protocol
+
+logger = logging.getLogger(__name__)
+
+Row = tuple[bytes, bytes | None, int]
+"""A changelog record as a table applies it: key, value (``None`` deletes) and event seq."""
+
+SCHEMA = 1
+"""Layout version of the SQLite file; a file of another layout is wiped and rebuilt."""
+
+
+class StoreLockedError(RuntimeError):
+    """Another process (or owner) holds the partition's local store."""
+
+
+class Table(Protocol):
+    @property
+    def position(self) -> int:
+        """The changelog offset this table is complete up to (0 when empty)."""
+        ...
+
+    def get(self, key: bytes) -> tuple[bytes, int] | None: ...
+
+    def scan(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        """Every record whose key starts with ``prefix``, in key order."""
+        ...
+
+    def apply(self, rows: Iterable[Row], position: int) -> None:
+        """Apply records in log order and move the position, atomically."""
+        ...
+
+    def heads(self) -> int:
+        """How many sessions (head records) the table holds."""
+        ...
+
+    def wipe(self, reason: str) -> None:
+        """Empty the table (it is read again from the start of the changelog)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class MemoryTable:
+    """A table in a dict; its position survives only as long as the object."""
+
+    def __init__(self) -> None:
+        self._rows: dict[bytes, tuple[bytes, int]] = {}
+        self._position = 0
+
+    @property
+    def position(self) -> int:
+        return self._position
+
+    def get(self, key: bytes) -> tuple[bytes, int] | None:
+        return self._rows.get(key)
+
+    def scan(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        return sorted((k, v[0]) for k, v in self._rows.items() if k.startswith(prefix))
+
+    def apply(self, rows: Iterable[Row], position: int) -> None:
+        for key, value, seq in rows:
+            if value is None:
+                self._rows.pop(key, None)
+            else:
+                self._rows[key] = (value, seq)
+        self._position = max(self._position, position)
+
+    def heads(self) -> int:
+        return sum(1 for key in self._rows if b"\x00" not in key)
+
+    def wipe(self, reason: str) -> None:
+        self._rows.clear()
+        self._position = 0
+
+    def close(self) -> None:
+        return
+
+
+class SqliteTable:
+    """One partition's table in ``folder``/store.sqlite, locked against every other opener.
+
+    Written only with committed changelog records, after their transaction committed; a
+    process killed mid-write leaves SQLite's last transaction, whose position matches its rows.
+    """
+
+    def __init__(self, folder: Path, *, max_age_s: float) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
+        self._lock = _lock(folder / "lock")
+        try:
+            self._db = sqlite3.connect(folder / "store.sqlite", isolation_level=None)
+            self._setup()
+            self._position = self._trusted_position(max_age_s)
+        except BaseException:
+            os.close(self._lock)
+            raise
+
+    def _setup(self) -> None:
+        db = self._db
+        # 16 KiB pages and a rowid table: measured the fastest layout for these values
+        # (bench/store_choice.py, docs/runtime.md); the page size counts only before the first
+        # table exists.
+        db.execute("PRAGMA page_size=16384")
+        db.execute("PRAGMA journal_mode=WAL")
+        # A process crash never loses a committed SQLite transaction in WAL mode; an OS crash may
+        # lose the last ones, which only moves the position back (the tail is read again).
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA cache_size=-16384")
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS kv (key BLOB PRIMARY KEY, value BLOB NOT NULL, "
+            "seq INTEGER NOT NULL)"
+        )
+        db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value) WITHOUT ROWID")
+
+    def _meta(self, name: str) -> object:
+        row = self._db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
+        return None if row is None else row[0]
+
+    def _trusted_position(self, max_age_s: float) -> int:
+        """The stored position, or 0 after wiping a table that cannot be trusted: another
+        layout, or older than tombstones are kept on the topic (a delete compacted away since
+        would never be seen)."""
+        position = self._meta("position")
+        schema = self._meta("schema")
+        written_at = self._meta("written_at")
+        reason = None
+        if position is None:
+            reason = None if self.heads() == 0 else "no position recorded"
+        elif schema != SCHEMA:
+            reason = f"layout {schema} is not {SCHEMA}"
+        elif not isinstance(written_at, float) or time.time() - written_at > max_age_s:
+            reason = "older than deleted sessions stay visible on the changelog"
+        if reason is not None:
+            self.wipe(reason)
+            return 0
+        return int(position) if isinstance(position, int) else 0
+
+    def wipe(self, reason: str) -> None:
+        logger.warning("folder=<%s>, reason=<%s> | local session store wiped", self.folder, reason)
+        db = self._db
+        db.execute("BEGIN")
+        db.execute("DELETE FROM kv")
+        db.execute("DELETE FROM meta")
+        db.execute("COMMIT")
+        self._position = 0
+
+    @property
+    def position(self) -> int:
+        return self._position
+
+    def get(self, key: bytes) -> tuple[bytes, int] | None:
+        row = self._db.execute("SELECT value, seq FROM kv WHERE key = ?", (key,)).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def scan(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        upper = prefix[:-1] + bytes([prefix[-1] + 1])
+        rows = self._db.execute(
+            "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key", (prefix, upper)
+        )
+        return [(key, value) for key, value in rows]
+
+    def apply(self, rows: Iterable[Row], position: int) -> None:
+        db = self._db
+        db.execute("BEGIN")
+        try:
+            for key, value, seq in rows:
+                if value is None:
+                    db.execute("DELETE FROM kv WHERE key = ?", (key,))
+                else:
+                    db.execute(
+                        "INSERT OR REPLACE INTO kv (key, value, seq) VALUES (?, ?, ?)",
+                        (key, value, seq),
+                    )
+            position = max(position, self._position)
+            db.executemany(
+                "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
+                (("position", position), ("schema", SCHEMA), ("written_at", time.time())),
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            raise
+        self._position = position
+
+    def heads(self) -> int:
+        row = self._db.execute("SELECT count(*) FROM kv WHERE instr(key, x'00') = 0").fetchone()
+        return int(row[0])
+
+    def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self._db.close()
+        with contextlib.suppress(OSError):
+            os.close(self._lock)
+
+
+def _lock(path: Path) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as exc:
+        os.close(fd)
+        raise StoreLockedError(f"the local session store {path.parent} is in use") from exc
+    return fd

@@ -1,0 +1,157 @@
+"""The one writer of session state: from a session's new state to the changelog records that
+change it, within the record limit.
+
+Guarantees: a write holds the head and only the history records that changed since the
+session's previous write (messages appended or replaced at the tail, results of the open batch
+added), so its bytes and CPU do not grow with the conversation; every record fits the limit (a
+large message is split); the head is last, so a reader that applies the records in order never
+sees a head whose history is not there; the store holds the new state at once (the committer
+makes it durable).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.agent.state import SessionState
+from service.agent.types import ContentBlock, Message
+from service.sessions import history
+from service.sessions.codec import encode_head
+from service.sessions.store import SessionStore, StoredSession
+
+RECORD_OVERHEAD = 4096
+"""Room left in a record for its key, headers and batch framing."""
+
+
+class StateTooLargeError(Exception):
+    """What must stay in the head (agent state, pending interrupts, ...) exceeds a record."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"session head of {size} bytes (agent state, pause and delivery records) exceeds "
+            f"the record limit of {limit} bytes"
+        )
+
+
+@dataclass(slots=True)
+class StateWrite:
+    """The changelog records of one write of one session, head last (a ``None`` value is a
+    tombstone), and the store version they make durable."""
+
+    session_id: str
+    records: list[tuple[bytes, bytes | None]]
+    event_seq: int
+    version: int = 0
+
+    def then(self, later: StateWrite) -> StateWrite:
+        """One write that has the effect of this one followed by ``later`` (of the same
+        session): a write holds only what changed since the previous one, so neither may be
+        dropped in favour of the other."""
+        merged = dict(self.records)
+        for key, value in later.records:
+            merged.pop(key, None)
+            merged[key] = value
+        return StateWrite(self.session_id, list(merged.items()), later.event_seq, later.version)
+
+
+class SessionWriter:
+    def __init__(self, store: SessionStore, *, record_max_bytes: int) -> None:
+        self.store = store
+        self._record_max = record_max_bytes
+        self._part_max = max(1024, record_max_bytes - RECORD_OVERHEAD)
+
+    def write(self, state: SessionState, event_seq: int) -> StateWrite:
+        """Store ``state`` as the session's latest and return the records that write it."""
+        session_id = state.session_id
+        before = self.store.get(session_id)
+        old = before.history if before is not None else []
+        new = state.messages
+        keep = _common_prefix(old, new)
+        records: list[tuple[bytes, bytes | None]] = []
+        # Taken over from the previous write, not copied: a step costs what it adds.
+        sizes = before.sizes if before is not None else []
+        history_bytes = before.history_bytes - sum(sizes[keep:]) if before is not None else 0
+        del sizes[keep:]
+        for index in range(keep, len(new)):
+            body, raw = history.pack(new[index])
+            sizes.append(raw)
+            history_bytes += raw
+            records.extend(
+                history.split(history.message_key(session_id, index), body, self._part_max)
+            )
+        results, written = self._results(state, before, records)
+        pending = state.pending
+        assistant_at = None
+        if pending is not None and new and pending.assistant_message is new[-1]:
+            assistant_at = len(new) - 1
+        head, head_size = encode_head(
+            state, results=[tool_use_id for tool_use_id, _ in results], assistant_at=assistant_at
+        )
+        if len(head) > self._record_max:
+            raise StateTooLargeError(len(head), self._record_max)
+        records.append((session_id.encode(), head))
+        stored = StoredSession(
+            state=state,
+            event_seq=event_seq,
+            history=new,
+            results=results,
+            sizes=sizes,
+            history_bytes=history_bytes,
+            head_size=head_size + written,
+        )
+        self.store.put(session_id, stored)
+        return StateWrite(session_id, records, event_seq, stored.version)
+
+    def delete(self, session_id: str) -> StateWrite:
+        """Tombstones for every record of the session; the store forgets it."""
+        keys = self.store.keys_of(session_id)
+        self.store.drop(session_id)
+        return StateWrite(session_id, [(key, None) for key in keys], 0)
+
+    def _results(
+        self,
+        state: SessionState,
+        before: StoredSession | None,
+        records: list[tuple[bytes, bytes | None]],
+    ) -> tuple[list[tuple[str, ContentBlock]], int]:
+        """The open batch's results by slot, writing those that changed (and tombstones for
+        slots no longer used); also the JSON bytes of the slots written."""
+        session_id = state.session_id
+        old = before.results if before is not None else []
+        pending = state.pending
+        new = list(pending.results.items()) if pending is not None else []
+        keep = 0
+        while (
+            keep < min(len(old), len(new))
+            and old[keep][0] == new[keep][0]
+            and (old[keep][1] is new[keep][1])
+        ):
+            keep += 1
+        written = 0
+        for slot in range(keep, len(new)):
+            body, raw = history.pack(new[slot][1])
+            written += raw
+            records.extend(
+                history.split(history.result_key(session_id, slot), body, self._part_max)
+            )
+        records.extend(
+            (history.result_key(session_id, slot), None) for slot in range(len(new), len(old))
+        )
+        return new, written
+
+
+def _common_prefix(old: list[Message], new: list[Message]) -> int:
+    """How many leading messages ``new`` shares with ``old``.
+
+    The engine only appends messages or replaces the last one, and never changes one in place,
+    so the shared prefix ends at the last position holding the very same object; a state that
+    was deep-copied shares none by identity and is compared by value.
+    """
+    shared = min(len(old), len(new))
+    index = shared
+    while index > 0 and old[index - 1] is not new[index - 1]:
+        index -= 1
+    if index == 0 and shared:
+        while index < shared and old[index] == new[index]:
+            index += 1
+    return index

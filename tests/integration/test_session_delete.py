@@ -1,0 +1,121 @@
+"""Deleting a session: one result, tombstones for its head and every history record (so that
+compaction leaves nothing of it on the sessions topic); its id then starts a fresh session."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.support.runtime_harness import (
+    Client,
+    Cluster,
+    committed_records,
+    invoke,
+    services,
+    unique,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
+
+
+def delete(session_id: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "type": "delete",
+        "schema_version": 1,
+        "command_id": unique("d"),
+        "session_id": session_id,
+        **fields,
+    }
+
+
+async def _keys_of(cluster: Cluster, session_id: str) -> list[bytes]:
+    records = await committed_records(
+        cluster.bootstrap, cluster.topics.sessions, cluster.partitions
+    )
+    head = session_id.encode()
+    return [r.key for r in records if r.key == head or r.key.startswith(head + b"\x00")]
+
+
+async def _newest_values(cluster: Cluster, session_id: str) -> dict[bytes, bytes]:
+    """The session's keys whose newest record on the sessions topic is not a tombstone."""
+    records = await committed_records(
+        cluster.bootstrap, cluster.topics.sessions, cluster.partitions
+    )
+    head = session_id.encode()
+    newest: dict[bytes, bytes | None] = {}
+    for r in records:
+        if r.key == head or r.key.startswith(head + b"\x00"):
+            newest[r.key] = r.value
+    return {key: value for key, value in newest.items() if value is not None}
+
+
+async def test_a_deleted_session_leaves_only_tombstones_and_its_id_starts_afresh(
+    cluster: Cluster,
+) -> None:
+    session = unique("s")
+    with services() as procs:
+        proc = cluster.start()
+        procs.append(proc)
+        await proc.wait_ready()
+        async with Client(cluster) as client:
+            for turn in range(3):
+                command = invoke(session, f"turn {turn}", agent="simple")
+                await client.send(command)
+                await client.result(command["command_id"], alive=proc)
+            assert len(await _keys_of(cluster, session)) >= 7  # a head and six messages
+            erase = delete(session, metadata={"ticket": "gdpr-1"})
+            await client.send(erase)
+            result = await client.result(erase["command_id"], alive=proc)
+            assert result["stop_reason"] == "end_turn"
+            assert result["metadata"] == {"ticket": "gdpr-1"}
+            assert result["deleted"] == {
+                "existed": True,
+                "records": 7,
+                "stopped": None,
+                "skipped": [],
+            }
+            # Every key the session ever had ends in a tombstone: compaction keeps nothing of it
+            # (tests/unit/sessions/test_history_properties.py replays compaction itself).
+            assert await _newest_values(cluster, session) == {}
+            again = invoke(session, "hello again", agent="simple")
+            await client.send(again)
+            fresh = await client.result(again["command_id"], alive=proc)
+            assert fresh["message"]["content"] == [{"text": "done turn 1"}]
+            # A delete of a session that has no state says so.
+            nothing = delete(unique("s"))
+            await client.send(nothing)
+            empty = await client.result(nothing["command_id"], alive=proc)
+            assert empty["deleted"]["existed"] is False and empty["deleted"]["records"] == 0
+        assert await proc.terminate() == 0
+    assert len(client.results_for(erase["command_id"])) == 1
+
+
+async def test_a_delete_stops_the_running_invocation_and_skips_what_was_queued(
+    cluster: Cluster,
+) -> None:
+    session = unique("s")
+    with services() as procs:
+        proc = cluster.start(CAIRN_TEST_TOOL_SLEEP="3")
+        procs.append(proc)
+        await proc.wait_ready()
+        async with Client(cluster) as client:
+            running = invoke(session, "go", agent="slowtools")
+            queued = invoke(session, "after", agent="simple")
+            erase = delete(session)
+            later = invoke(session, "new life", agent="simple")
+            await client.send(running)
+            await wait_for(lambda: bool(cluster.tool_calls()), 30, "slow tool", alive=proc)
+            await client.send(queued, erase, later)
+            result = await client.result(erase["command_id"], alive=proc)
+            assert result["deleted"]["existed"] is True
+            assert result["deleted"]["stopped"] == running["command_id"]
+            assert result["deleted"]["skipped"] == [queued["command_id"]]
+            stopped = await client.result(running["command_id"], alive=proc)
+            assert stopped["stop_reason"] == "cancelled"
+            skipped = await client.result(queued["command_id"], alive=proc)
+            assert skipped["stop_reason"] == "cancelled"
+            fresh = await client.result(later["command_id"], alive=proc)
+            assert fresh["message"]["content"] == [{"text": "done turn 1"}]
+        assert await proc.terminate() == 0

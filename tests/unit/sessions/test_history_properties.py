@@ -1,0 +1,134 @@
+"""Property: whatever steps a session takes, with crashes and compaction between them, the
+session read back from the changelog equals the one last committed, and a head never points at
+history that is not there."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from service.agent.state import PendingBatch, SessionState
+from service.sessions.store import SessionStore
+from service.sessions.table import MemoryTable
+from service.sessions.writer import SessionWriter, StateWrite
+
+RECORD_MAX = 6_000
+"""Small, so that large messages are split across several records."""
+
+Changelog = list[tuple[bytes, bytes | None]]
+
+
+def _message(role: str, size: int, seed: int) -> dict[str, Any]:
+    text = os.urandom(size // 2).hex() if seed % 2 else f"word{seed} " * (size // 6 + 1)
+    return {"role": role, "content": [{"text": text}]}
+
+
+def _result(tool_use_id: str, size: int) -> dict[str, Any]:
+    return {
+        "toolResult": {
+            "toolUseId": tool_use_id,
+            "status": "success",
+            "content": [{"text": "r" * size}],
+        }
+    }
+
+
+step = st.one_of(
+    st.tuples(st.just("append"), st.integers(1, 3), st.integers(0, 20_000)),
+    st.tuples(st.just("replace_last"), st.just(1), st.integers(0, 9_000)),
+    st.tuples(st.just("rollback"), st.integers(1, 4), st.just(0)),
+    st.tuples(st.just("pending"), st.integers(0, 3), st.integers(0, 8_000)),
+    st.tuples(st.just("crash"), st.just(0), st.just(0)),
+    st.tuples(st.just("compact"), st.just(0), st.just(0)),
+)
+
+
+def _compacted(log: Changelog) -> Changelog:
+    """What compaction leaves: the newest record of each key (tombstones included)."""
+    newest: dict[bytes, int] = {}
+    for index, (key, _) in enumerate(log):
+        newest[key] = index
+    return [record for index, record in enumerate(log) if newest[record[0]] == index]
+
+
+def _restored(log: Changelog) -> SessionStore:
+    store = SessionStore(MemoryTable())
+    for key, value in log:
+        store.load(key, value, [])
+    return store
+
+
+def _apply(state: SessionState, kind: str, count: int, size: int, n: int) -> SessionState:
+    state = state.snapshot()
+    if kind == "append":
+        for i in range(count):
+            role = "user" if (len(state.messages) + i) % 2 == 0 else "assistant"
+            state.messages.append(_message(role, size, n + i))
+        state.pending = None
+    elif kind == "replace_last" and state.messages:
+        state.messages[-1] = _message(state.messages[-1]["role"], size, n)
+    elif kind == "rollback":
+        del state.messages[max(0, len(state.messages) - count) :]
+        state.pending = None
+    elif kind == "pending":
+        uses = [{"toolUse": {"toolUseId": f"t{n}-{i}", "name": "x", "input": {}}} for i in range(3)]
+        assistant = {"role": "assistant", "content": uses}
+        if state.pending is None:
+            state.messages.append(assistant)
+            state.pending = PendingBatch(assistant)
+        results = dict(state.pending.results)
+        for i in range(count):
+            results[f"t{n}-{i}"] = _result(f"t{n}-{i}", size)
+        state.pending.results = results
+    state.applied_commands.append(f"c{n}")
+    return state
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(step, min_size=1, max_size=25))
+def test_the_changelog_always_reads_back_as_the_last_committed_state(
+    steps: list[tuple[str, int, int]],
+) -> None:
+    store = SessionStore(MemoryTable())
+    writer = SessionWriter(store, record_max_bytes=RECORD_MAX)
+    log: Changelog = []
+    committed = SessionState(session_id="s", agent="a")
+    state = committed
+    for n, (kind, count, size) in enumerate(steps):
+        if kind == "crash":
+            # Written but not committed is lost; the next owner restores from the changelog.
+            store = _restored(log)
+            writer = SessionWriter(store, record_max_bytes=RECORD_MAX)
+            loaded = store.get("s")
+            state = loaded.state if loaded is not None else SessionState(session_id="s", agent="a")
+            assert state == committed
+            continue
+        if kind == "compact":
+            log = _compacted(log)
+            continue
+        state = _apply(state, kind, count, size, n)
+        write: StateWrite = writer.write(state, n)
+        assert all(value is None or len(value) <= RECORD_MAX for _, value in write.records)
+        assert write.records[-1][0] == b"s", "the head is written last"
+        log.extend(write.records)
+        store.committed([(k, v, n) for k, v in write.records], len(log), {"s": write.version})
+        committed = state
+        for view in (log, _compacted(log)):
+            reread = _restored(view).get("s")
+            assert reread is not None
+            assert reread.state == committed
+
+
+def test_a_step_writes_only_what_it_added() -> None:
+    store = SessionStore(MemoryTable())
+    writer = SessionWriter(store, record_max_bytes=RECORD_MAX)
+    state = SessionState(session_id="s", agent="a")
+    state.messages.extend(_message("user", 400, i) for i in range(500))
+    writer.write(state, 0)
+    state = state.snapshot()
+    state.messages.append(_message("assistant", 400, 501))
+    write = writer.write(state, 1)
+    assert [key for key, _ in write.records] == [b"s\x00m0000000500", b"s"]
