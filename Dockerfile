@@ -14,8 +14,12 @@ ENV PATH=/opt/cairn/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     CAIRN_HEALTH_PORT=8080
-RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin cairn
+RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin cairn \
+    && mkdir -p /var/lib/cairn/sessions && chown -R 10001:10001 /var/lib/cairn
 COPY --from=build /opt/cairn /opt/cairn
+# The local session store: a cache of the sessions topic, rebuilt from it when lost.
+ENV CAIRN_SESSIONS__STORE_DIR=/var/lib/cairn/sessions
+VOLUME /var/lib/cairn
 USER 10001
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
