@@ -121,10 +121,7 @@ def result_record(
     """The result record of ``result``; echoed metadata is dropped (and flagged) when it would
     make the record larger than ``max_bytes``. The caller checks the size of what is left."""
     record = wire_result(result, session_id=session_id, command_id=command_id, metadata=metadata)
-    value = encode_result(record)
-    if len(value) > max_bytes and metadata:
-        value = encode_result(_without_metadata(record))
-    return OutRecord(topic=topic, key=session_id.encode(), value=value, headers=headers or [])
+    return _fitted(topic, session_id, record, bool(metadata), headers, max_bytes)
 
 
 def failure_record(
@@ -148,10 +145,7 @@ def failure_record(
         message=message,
         metadata=metadata,
     )
-    value = encode_result(record)
-    if len(value) > max_bytes and metadata:
-        value = encode_result(_without_metadata(record))
-    return OutRecord(topic=topic, key=session_id.encode(), value=value, headers=headers or [])
+    return _fitted(topic, session_id, record, bool(metadata), headers, max_bytes)
 
 
 def deleted_record(
@@ -177,8 +171,20 @@ def deleted_record(
         skipped=skipped,
         metadata=metadata,
     )
+    return _fitted(topic, session_id, record, bool(metadata), headers, max_bytes)
+
+
+def _fitted(
+    topic: str,
+    session_id: str,
+    record: ResultRecord,
+    has_metadata: bool,
+    headers: list[tuple[str, bytes]] | None,
+    max_bytes: int,
+) -> OutRecord:
+    """The result record, without its echoed metadata (flagged) when it would not fit."""
     value = encode_result(record)
-    if len(value) > max_bytes and metadata:
+    if len(value) > max_bytes and has_metadata:
         value = encode_result(_without_metadata(record))
     return OutRecord(topic=topic, key=session_id.encode(), value=value, headers=headers or [])
 
