@@ -515,7 +515,7 @@ def fill(store: SessionStore, sessions: int, texts: Sequence[str]) -> int:
         size = stored.size
         writer.store.drop(state.session_id)
         head = state.session_id.encode()
-        rows.extend((key, value, 1 if key == head else 0) for key, value in write.records)
+        rows.extend((key, value, 1 if key == head else 0, 0) for key, value in write.records)
         if len(rows) >= 5_000 or index == sessions - 1:
             position += len(rows)
             store.committed(rows, position, {})

@@ -113,6 +113,9 @@ class SessionSettings(BaseModel):
     """Largest tool result kept (bytes of its JSON); a larger one reaches the model as an error
     result instead (docs/runtime.md has the text). Results above the record limit are split
     across records."""
+    idle_ttl_s: float | None = Field(default=None, gt=0)
+    """Delete a session idle longer than this (no command written to it), as a ``delete``
+    command would, with a ``session_expired`` event; unset keeps sessions until deleted."""
     local_max_age_s: float = Field(default=12 * 3600.0, gt=0)
     """A local store last written longer ago is rebuilt from the topic, not trusted: a session
     deleted meanwhile leaves only tombstones, which compaction removes after the topic's

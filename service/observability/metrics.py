@@ -110,6 +110,11 @@ class Metrics:
             ["replacement"],
             registry=r,
         )
+        self._expired = Counter(
+            "cairn_sessions_expired",
+            "Sessions deleted after being idle longer than sessions.idle_ttl_s.",
+            registry=r,
+        )
         self._hanging = Counter(
             "cairn_hanging_transactions_aborted",
             "Open transactions found on a partition an owner writes, left by no live producer, "
@@ -173,6 +178,9 @@ class Metrics:
         """Count one outcome the broker refused for good: ``fallback`` (its small replacement
         was written) or ``dropped`` (nothing could be written)."""
         self._unwritable.labels(replacement if replacement == "fallback" else "dropped").inc()
+
+    def session_expired(self) -> None:
+        self._expired.inc()
 
     def hanging_transaction_aborted(self, topic: str) -> None:
         self._hanging.labels(topic[:249]).inc()

@@ -416,7 +416,8 @@ class Committer:
         if self._on_durable is None or not states:
             return
         versions = {o.state.session_id: o.state.version for o in batch if o.state is not None}
-        rows = [(r.key or b"", r.value, event_seq_of(r.headers)) for r in states]
+        now_ms = int(time.time() * 1000)
+        rows = [(r.key or b"", r.value, event_seq_of(r.headers), now_ms) for r in states]
         self._on_durable(rows, position, versions)
 
 

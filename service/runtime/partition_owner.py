@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,7 @@ from service.runtime.faults import FaultPoints
 from service.runtime.invoker import Invoker
 from service.runtime.offsets import OffsetTracker
 from service.runtime.poison import NOT_THE_RECORDS, PoisonGuard
-from service.runtime.records import dlq_record, parse_command, session_key
+from service.runtime.records import dlq_record, event_record, parse_command, session_key
 from service.runtime.restore import SessionsReader
 from service.runtime.session_queue import SessionQueues
 from service.runtime.transactions import resolve_open_transactions, vouched
@@ -112,6 +113,8 @@ class PartitionOwner:
         self._guard: PoisonGuard | None = None
         self._producer: AIOKafkaProducer | None = None
         self._table: SqliteTable | None = None
+        self._drained = False
+        """The owner stopped with its last commit done (its local store can be trusted)."""
         self.exit: OwnerExit | None = None
         self.error: BaseException | None = None
         """Why the owner failed (when ``exit`` is ``FAILED``)."""
@@ -173,6 +176,8 @@ class PartitionOwner:
             self._accepted = self._finished
             await _close(self._producer)
             if self._table is not None:
+                if self._drained:
+                    self._table.mark_clean()
                 self._table.close()
         return self.exit or OwnerExit.STOPPED
 
@@ -277,6 +282,9 @@ class PartitionOwner:
                 self._ctx.metrics,
                 max_bytes=settings.runtime.state_record_max_bytes,
             )
+            ttl_s = settings.sessions.idle_ttl_s
+            if ttl_s is not None:
+                tasks.create_task(self._expire_idle(ttl_s, writer, committer.submit))
             self._restored = True
             self._ctx.on_restored(self.partition)
             buffered, self._buffer = self._buffer, []
@@ -285,6 +293,44 @@ class PartitionOwner:
             await self._stop_requested.wait()
             await self._drain()
             raise _StopRequestedError
+
+    async def _expire_idle(
+        self, ttl_s: float, writer: SessionWriter, submit: Callable[[Outcome], None]
+    ) -> None:
+        """Delete, now and then, the sessions written to last more than ``ttl_s`` ago, each with
+        a ``session_expired`` event; a session with work queued or a write not yet committed
+        is left for the next round."""
+        store, queues = writer.store, self._queues
+        assert queues is not None
+        interval = min(max(ttl_s / 4, 0.5), 60.0)
+        while not self._stop_requested.is_set():
+            await asyncio.sleep(interval)
+            now_ms = int(time.time() * 1000)
+            for session_id, written_ms in store.table.idle(now_ms - int(ttl_s * 1000), 500):
+                if self._stop_requested.is_set() or queues.busy(session_id):
+                    continue
+                stored = store.get(session_id)
+                if stored is None or not stored.durable:
+                    continue
+                applied = stored.state.applied_commands
+                write = writer.delete(session_id)
+                idle_s = (now_ms - written_ms) / 1000
+                event = event_record(
+                    self._topics.events,
+                    session_id,
+                    applied[-1] if applied else "expired",
+                    stored.event_seq + 1,
+                    "session_expired",
+                    {"idle_s": max(idle_s, 0.0), "records": len(write.records)},
+                )
+                submit(Outcome(records=[event], state=write))
+                self._ctx.metrics.session_expired()
+                logger.info(
+                    "session_id=<%s>, idle_s=<%.0f>, records=<%d> | idle session expired",
+                    session_id,
+                    idle_s,
+                    len(write.records),
+                )
 
     async def _drain(self) -> None:
         """Let running steps reach a commit within the grace period; the rest is abandoned.
@@ -309,6 +355,7 @@ class PartitionOwner:
         try:
             async with asyncio.timeout_at(max(deadline, loop.time() + _LAST_COMMIT_S)):
                 await committer.flush(final=True)
+            self._drained = True
         except TimeoutError:
             logger.warning(
                 "partition=<%d> | last commit unfinished, the next owner re-reads from the "

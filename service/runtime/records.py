@@ -21,6 +21,7 @@ from service.wire.events import (
     CheckpointReachedEvent,
     InterruptRaisedEvent,
     ModelMessageEvent,
+    SessionExpiredEvent,
     TextDeltaEvent,
     ToolFinishedEvent,
     ToolStartedEvent,
@@ -42,6 +43,7 @@ EVENT_MODELS: dict[str, Any] = {
     "tool_finished": ToolFinishedEvent,
     "checkpoint_reached": CheckpointReachedEvent,
     "interrupt_raised": InterruptRaisedEvent,
+    "session_expired": SessionExpiredEvent,
 }
 
 

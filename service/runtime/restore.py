@@ -139,7 +139,9 @@ async def _catch_up(consumer: AIOKafkaConsumer, topic: str, partition: int, tabl
         fetched = [record for record in batches.get(tp, ()) if record.offset < end]
         if not fetched:
             continue
-        rows = [(r.key or b"", r.value, event_seq_of(list(r.headers))) for r in fetched if r.key]
+        rows = [
+            (r.key, r.value, event_seq_of(list(r.headers)), r.timestamp) for r in fetched if r.key
+        ]
         table.apply(rows, fetched[-1].offset + 1)
         records += len(fetched)
         size += sum(len(r.value or b"") for r in fetched)

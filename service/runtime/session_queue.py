@@ -53,6 +53,10 @@ class SessionQueues:
     def sessions(self) -> int:
         return len(self._queues)
 
+    def busy(self, session_id: str) -> bool:
+        """The session has work running or queued."""
+        return session_id in self._queues
+
     async def _drain(self, session_id: str) -> None:
         queue = self._queues[session_id]
         try:

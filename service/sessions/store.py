@@ -65,21 +65,29 @@ class SessionStore:
         self._cached_bytes = 0
         self._budget = cache_max_bytes
         self._versions = 0
+        self._deleted: dict[str, int] = {}
 
     def load(
-        self, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]]
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]],
+        timestamp_ms: int = 0,
     ) -> None:
         """Apply one changelog record in log order (a ``None`` value deletes)."""
         if key is None:
             return
         self._forget(history.head_key_of(key).decode("utf-8", "replace"))
-        self.table.apply([(key, value, event_seq_of(headers))], self.table.position)
+        row = (key, value, event_seq_of(headers), timestamp_ms)
+        self.table.apply([row], self.table.position)
 
     def get(self, session_id: str) -> StoredSession | None:
         cached = self._cache.get(session_id)
         if cached is not None:
             self._cache.move_to_end(session_id)
             return cached[0]
+        if session_id in self._deleted:
+            return None
         found = self.table.get(session_id.encode())
         if found is None:
             return None
@@ -103,12 +111,17 @@ class SessionStore:
         self._versions += 1
         stored.version = self._versions
         stored.durable = False
+        self._deleted.pop(session_id, None)
         self._forget(session_id)
         self._remember(session_id, stored)
 
-    def drop(self, session_id: str) -> None:
-        """Forget the session (its tombstones are written)."""
+    def drop(self, session_id: str) -> int:
+        """Forget the session (its tombstones are written); until they are committed the table
+        still holds it, so it is remembered as gone. Returns the version of the deletion."""
+        self._versions += 1
         self._forget(session_id)
+        self._deleted[session_id] = self._versions
+        return self._versions
 
     def committed(self, rows: Iterable[Row], position: int, versions: dict[str, int]) -> None:
         """Records of a committed transaction, in log order, and the changelog offset after
@@ -118,6 +131,8 @@ class SessionStore:
             cached = self._cache.get(session_id)
             if cached is not None and cached[0].version == version:
                 cached[0].durable = True
+            if self._deleted.get(session_id) == version:
+                del self._deleted[session_id]
         self._evict()
 
     def keys_of(self, session_id: str) -> list[bytes]:

@@ -1,6 +1,9 @@
 """Local tables of one partition's sessions changelog: key -> (value, event seq), plus the
 changelog offset the table is complete up to.
 
+A SQLite table is trusted only if its last owner stopped cleanly (its last commit done): after
+a crash or a failed owner it is wiped and read again from the topic.
+
 :class:`SqliteTable` is the disk-backed one the runtime uses (one SQLite file per partition, in
 WAL mode); :class:`MemoryTable` holds the same in a dict (tests, tools). Both apply a batch of
 changelog records and the new position in one transaction, so whatever the table holds, even
@@ -21,8 +24,9 @@ from typing import Protocol
 
 logger = logging.getLogger(__name__)
 
-Row = tuple[bytes, bytes | None, int]
-"""A changelog record as a table applies it: key, value (``None`` deletes) and event seq."""
+Row = tuple[bytes, bytes | None, int, int]
+"""A changelog record as a table applies it: key, value (``None`` deletes), event seq, and the
+record's timestamp (epoch ms: for a head, when the session was last written)."""
 
 SCHEMA = 1
 """Layout version of the SQLite file; a file of another layout is wiped and rebuilt."""
@@ -52,6 +56,11 @@ class Table(Protocol):
         """How many sessions (head records) the table holds."""
         ...
 
+    def idle(self, before_ms: int, limit: int) -> list[tuple[str, int]]:
+        """Up to ``limit`` sessions last written before ``before_ms``, oldest first, with
+        when."""
+        ...
+
     def wipe(self, reason: str) -> None:
         """Empty the table (it is read again from the start of the changelog)."""
         ...
@@ -64,6 +73,7 @@ class MemoryTable:
 
     def __init__(self) -> None:
         self._rows: dict[bytes, tuple[bytes, int]] = {}
+        self._written: dict[bytes, int] = {}
         self._position = 0
 
     @property
@@ -77,18 +87,27 @@ class MemoryTable:
         return sorted((k, v[0]) for k, v in self._rows.items() if k.startswith(prefix))
 
     def apply(self, rows: Iterable[Row], position: int) -> None:
-        for key, value, seq in rows:
+        for key, value, seq, timestamp_ms in rows:
             if value is None:
                 self._rows.pop(key, None)
+                self._written.pop(key, None)
             else:
                 self._rows[key] = (value, seq)
+                self._written[key] = timestamp_ms
         self._position = max(self._position, position)
 
     def heads(self) -> int:
         return sum(1 for key in self._rows if b"\x00" not in key)
 
+    def idle(self, before_ms: int, limit: int) -> list[tuple[str, int]]:
+        heads = sorted(
+            (ts, key) for key, ts in self._written.items() if b"\x00" not in key and ts < before_ms
+        )
+        return [(key.decode(), ts) for ts, key in heads[:limit]]
+
     def wipe(self, reason: str) -> None:
         self._rows.clear()
+        self._written.clear()
         self._position = 0
 
     def close(self) -> None:
@@ -110,6 +129,7 @@ class SqliteTable:
             self._db = sqlite3.connect(folder / "store.sqlite", isolation_level=None)
             self._setup()
             self._position = self._trusted_position(max_age_s)
+            self._set_meta("clean", 0)
         except BaseException:
             os.close(self._lock)
             raise
@@ -127,8 +147,9 @@ class SqliteTable:
         db.execute("PRAGMA cache_size=-16384")
         db.execute(
             "CREATE TABLE IF NOT EXISTS kv (key BLOB PRIMARY KEY, value BLOB NOT NULL, "
-            "seq INTEGER NOT NULL)"
+            "seq INTEGER NOT NULL, written_ms INTEGER NOT NULL, head INTEGER NOT NULL)"
         )
+        db.execute("CREATE INDEX IF NOT EXISTS idle ON kv (head, written_ms)")
         db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value) WITHOUT ROWID")
 
     def _meta(self, name: str) -> object:
@@ -145,6 +166,10 @@ class SqliteTable:
         reason = None
         if position is None:
             reason = None if self.heads() == 0 else "no position recorded"
+        elif self._meta("clean") != 1:
+            # Its owner died or failed: a commit it saw succeed may still have been aborted
+            # since (a broker restart can lose the markers of a completed transaction).
+            reason = "its last owner did not stop cleanly"
         elif schema != SCHEMA:
             reason = f"layout {schema} is not {SCHEMA}"
         elif not isinstance(written_at, float) or time.time() - written_at > max_age_s:
@@ -167,6 +192,13 @@ class SqliteTable:
     def position(self) -> int:
         return self._position
 
+    def mark_clean(self) -> None:
+        """Its owner stopped cleanly, its last commit done: the next one may trust it."""
+        self._set_meta("clean", 1)
+
+    def _set_meta(self, name: str, value: object) -> None:
+        self._db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)", (name, value))
+
     def get(self, key: bytes) -> tuple[bytes, int] | None:
         row = self._db.execute("SELECT value, seq FROM kv WHERE key = ?", (key,)).fetchone()
         return None if row is None else (row[0], row[1])
@@ -182,13 +214,14 @@ class SqliteTable:
         db = self._db
         db.execute("BEGIN")
         try:
-            for key, value, seq in rows:
+            for key, value, seq, timestamp_ms in rows:
                 if value is None:
                     db.execute("DELETE FROM kv WHERE key = ?", (key,))
                 else:
                     db.execute(
-                        "INSERT OR REPLACE INTO kv (key, value, seq) VALUES (?, ?, ?)",
-                        (key, value, seq),
+                        "INSERT OR REPLACE INTO kv (key, value, seq, written_ms, head) "
+                        "VALUES (?, ?, ?, ?, ?)",
+                        (key, value, seq, timestamp_ms, b"\x00" not in key),
                     )
             position = max(position, self._position)
             db.executemany(
@@ -203,8 +236,16 @@ class SqliteTable:
         self._position = position
 
     def heads(self) -> int:
-        row = self._db.execute("SELECT count(*) FROM kv WHERE instr(key, x'00') = 0").fetchone()
+        row = self._db.execute("SELECT count(*) FROM kv WHERE head = 1").fetchone()
         return int(row[0])
+
+    def idle(self, before_ms: int, limit: int) -> list[tuple[str, int]]:
+        rows = self._db.execute(
+            "SELECT key, written_ms FROM kv WHERE head = 1 AND written_ms < ? "
+            "ORDER BY written_ms LIMIT ?",
+            (before_ms, limit),
+        )
+        return [(key.decode(), written_ms) for key, written_ms in rows]
 
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):

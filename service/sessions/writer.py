@@ -105,8 +105,8 @@ class SessionWriter:
     def delete(self, session_id: str) -> StateWrite:
         """Tombstones for every record of the session; the store forgets it."""
         keys = self.store.keys_of(session_id)
-        self.store.drop(session_id)
-        return StateWrite(session_id, [(key, None) for key in keys], 0)
+        version = self.store.drop(session_id)
+        return StateWrite(session_id, [(key, None) for key in keys], 0, version)
 
     def _results(
         self,

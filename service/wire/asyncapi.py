@@ -76,6 +76,7 @@ TOPICS = (
             "event.tool_finished",
             "event.checkpoint_reached",
             "event.interrupt_raised",
+            "event.session_expired",
         ),
         "Progress of running invocations with a per-session seq; optional to consume.",
         co_partitioned=False,
@@ -113,6 +114,10 @@ _MESSAGE_TEXT: dict[str, tuple[str, str]] = {
     "event.tool_finished": ("Tool finished", "A tool of the current batch finished."),
     "event.checkpoint_reached": ("Boundary reached", "A cycle boundary was made durable."),
     "event.interrupt_raised": ("Interrupt raised", "A tool or hook asks a human."),
+    "event.session_expired": (
+        "Session expired",
+        "The session was idle longer than the deployment's idle TTL and was deleted.",
+    ),
     "session_state": (
         "Session state",
         "SessionState as JSON; a value starting with the byte 'z' is that JSON "

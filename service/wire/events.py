@@ -71,6 +71,17 @@ class InterruptRaisedEvent(_Event):
     interrupts: Annotated[list[Interrupt], Field(min_length=1)]
 
 
+class SessionExpiredEvent(_Event):
+    """The session was idle longer than the deployment's ``sessions.idle_ttl_s`` and was
+    deleted (as a ``delete`` command would); ``command_id`` is the last command it applied."""
+
+    type: Literal["session_expired"] = "session_expired"
+    idle_s: Annotated[float, Field(ge=0)]
+    """How long it had been idle."""
+    records: Annotated[int, Field(ge=0)]
+    """State records tombstoned."""
+
+
 ProgressEvent = (
     TextDeltaEvent
     | ModelMessageEvent
@@ -78,6 +89,7 @@ ProgressEvent = (
     | ToolFinishedEvent
     | CheckpointReachedEvent
     | InterruptRaisedEvent
+    | SessionExpiredEvent
 )
 
 EVENT_TYPES: dict[str, type[ProgressEvent]] = {
@@ -87,4 +99,5 @@ EVENT_TYPES: dict[str, type[ProgressEvent]] = {
     "tool_finished": ToolFinishedEvent,
     "checkpoint_reached": CheckpointReachedEvent,
     "interrupt_raised": InterruptRaisedEvent,
+    "session_expired": SessionExpiredEvent,
 }

@@ -28,6 +28,7 @@ from service.wire.events import (
     CheckpointReachedEvent,
     InterruptRaisedEvent,
     ModelMessageEvent,
+    SessionExpiredEvent,
     TextDeltaEvent,
     ToolFinishedEvent,
     ToolStartedEvent,
@@ -402,6 +403,16 @@ def _events() -> dict[str, tuple[str, Any]]:
                 status="interrupted",
                 session_id=SESSION,
                 command_id="cmd-0004",
+            ),
+        ),
+        "event.session_expired/idle": (
+            "event.session_expired",
+            SessionExpiredEvent(
+                seq=12,
+                idle_s=86460.5,
+                records=11,
+                session_id=SESSION,
+                command_id="cmd-0005",
             ),
         ),
         "event.interrupt_raised/approval": (

@@ -3,6 +3,7 @@ compaction leaves nothing of it on the sessions topic); its id then starts a fre
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -119,3 +120,45 @@ async def test_a_delete_stops_the_running_invocation_and_skips_what_was_queued(
             fresh = await client.result(later["command_id"], alive=proc)
             assert fresh["message"]["content"] == [{"text": "done turn 1"}]
         assert await proc.terminate() == 0
+
+
+async def test_an_idle_session_expires_with_an_event_and_its_id_starts_afresh(
+    cluster: Cluster,
+) -> None:
+    idle, busy = unique("s"), unique("s")
+    with services() as procs:
+        proc = cluster.start(CAIRN_SESSIONS__IDLE_TTL_S="3")
+        procs.append(proc)
+        await proc.wait_ready()
+        async with Client(cluster) as client:
+            first = invoke(idle, "hello", agent="simple")
+            await client.send(first)
+            await client.result(first["command_id"], alive=proc)
+            # The other session is written to every second: never idle for 3 s.
+            started = asyncio.get_running_loop().time()
+            kept = []
+            while not _expired(client, idle):
+                assert asyncio.get_running_loop().time() - started < 30, "no session_expired"
+                command = invoke(busy, "still here", agent="simple")
+                await client.send(command)
+                await client.result(command["command_id"], alive=proc)
+                kept.append(command)
+                await asyncio.sleep(1)
+            [event] = _expired(client, idle)
+            assert event["command_id"] == first["command_id"]
+            assert event["idle_s"] >= 3 and event["records"] == 3
+            assert not _expired(client, busy)
+            assert await _newest_values(cluster, idle) == {}
+            again = invoke(idle, "back again", agent="simple")
+            await client.send(again)
+            fresh = await client.result(again["command_id"], alive=proc)
+            assert fresh["message"]["content"] == [{"text": "done turn 1"}]
+        assert await proc.terminate() == 0
+    turns = [r["message"]["content"][0]["text"] for r in client.session_results(busy)]
+    assert turns == [f"done turn {k}" for k in range(1, len(kept) + 1)]
+
+
+def _expired(client: Client, session_id: str) -> list[dict[str, Any]]:
+    return [
+        e for e in client.events if e["session_id"] == session_id and e["type"] == "session_expired"
+    ]

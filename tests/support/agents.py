@@ -12,6 +12,7 @@ Knobs (environment of the service process, read here because this is test suppor
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import time
@@ -114,6 +115,27 @@ def record(step: int, context: ToolContext) -> str:
     return f"recorded {step}"
 
 
+def bulky_text(idempotency_key: str, size: int) -> str:
+    """``size`` characters that do not compress, the same for the same key (so a rerun after a
+    crash returns what the first run did)."""
+    blocks = (
+        hashlib.sha256(f"{idempotency_key}/{i}".encode()).hexdigest() for i in range(size // 64 + 1)
+    )
+    return "".join(blocks)[:size]
+
+
+@tool
+def bulky(step: int, context: ToolContext) -> str:
+    """Record this call and return ``CAIRN_TEST_RESULT_BYTES`` characters of incompressible text.
+
+    Args:
+        step: Which cycle asked.
+    """
+    _record_call("bulky", step, context)
+    size = int(os.environ.get("CAIRN_TEST_RESULT_BYTES", "200000"))
+    return bulky_text(context.idempotency_key, size)
+
+
 @tool
 async def tick(step: int) -> str:
     """Return at once, on the event loop (a zero-latency tool, for the benchmark).
@@ -156,6 +178,7 @@ def registry() -> Mapping[str, AgentDefinition]:
             name="bench", model=CycleModel(3, "tick"), tools=[tick], checkpointing=True
         ),
         "long": AgentDefinition(name="long", model=CycleModel(6), tools=[record]),
+        "bulky": AgentDefinition(name="bulky", model=CycleModel(4, "bulky"), tools=[bulky]),
         "slowtools": AgentDefinition(name="slowtools", model=CycleModel(2, "slow"), tools=[slow]),
         "approval": AgentDefinition(
             name="approval", model=CycleModel(1, "approve"), tools=[approve]

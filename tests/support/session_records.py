@@ -23,7 +23,7 @@ def restored(outcomes: Iterable[Outcome]) -> SessionStore:
     for outcome in outcomes:
         if outcome.state is not None:
             store.committed(
-                [(key, value, outcome.state.event_seq) for key, value in outcome.state.records],
+                [(key, value, outcome.state.event_seq, 0) for key, value in outcome.state.records],
                 0,
                 {},
             )

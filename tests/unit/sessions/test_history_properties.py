@@ -114,7 +114,8 @@ def test_the_changelog_always_reads_back_as_the_last_committed_state(
         assert all(value is None or len(value) <= RECORD_MAX for _, value in write.records)
         assert write.records[-1][0] == b"s", "the head is written last"
         log.extend(write.records)
-        store.committed([(k, v, n) for k, v in write.records], len(log), {"s": write.version})
+        rows = [(k, v, n, n) for k, v in write.records]
+        store.committed(rows, len(log), {"s": write.version})
         committed = state
         for view in (log, _compacted(log)):
             reread = _restored(view).get("s")

@@ -1,0 +1,118 @@
+"""The local session store restored from the sessions topic: from an empty store and from a
+warm one (a store that saw part of the changelog), the result is the same, record for record;
+a store its last owner did not close cleanly is not trusted."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from service.agent.state import PendingBatch, SessionState
+from service.runtime.restore import SessionsReader
+from service.runtime.topics import create_topics
+from service.sessions.store import SessionStore, event_seq_header
+from service.sessions.table import MemoryTable, SqliteTable
+from service.sessions.writer import SessionWriter
+from service.settings import KafkaSettings, TopicSettings
+from tests.support.runtime_harness import unique
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
+
+RECORD_MAX = 8_000
+
+
+def _steps(sessions: int, steps: int) -> list[tuple[bytes, bytes | None, int]]:
+    """The changelog records of ``steps`` writes of each of ``sessions`` sessions, in the order
+    a runtime writes them (sessions interleaved; messages split, results, rollbacks)."""
+    writer = SessionWriter(SessionStore(MemoryTable()), record_max_bytes=RECORD_MAX)
+    states = {f"s{i}": SessionState(session_id=f"s{i}", agent="a") for i in range(sessions)}
+    records: list[tuple[bytes, bytes | None, int]] = []
+    for step in range(steps):
+        for session_id, state in list(states.items()):
+            state = state.snapshot()
+            if step % 5 == 4:
+                del state.messages[-1:]
+            else:
+                text = f"{session_id} step {step} " * (30 if step % 3 else 700)
+                state.messages.append({"role": "user", "content": [{"text": text}]})
+            if step % 4 == 2:
+                use = {"toolUse": {"toolUseId": f"t{step}", "name": "x", "input": {}}}
+                state.pending = PendingBatch({"role": "assistant", "content": [use]})
+                state.pending.results[f"t{step}"] = {
+                    "toolResult": {"toolUseId": f"t{step}", "status": "success", "content": []}
+                }
+            else:
+                state.pending = None
+            states[session_id] = state
+            write = writer.write(state, step)
+            records.extend((key, value, step) for key, value in write.records)
+    return records
+
+
+async def _produce(
+    bootstrap: str, topic: str, records: list[tuple[bytes, bytes | None, int]]
+) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
+    await producer.start()
+    try:
+        for key, value, seq in records:
+            await producer.send(
+                topic, key=key, value=value, partition=0, headers=[event_seq_header(seq)]
+            )
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+def _rows(folder: Path) -> list[tuple[bytes, bytes, int]]:
+    with sqlite3.connect(folder / "store.sqlite") as db:
+        return list(db.execute("SELECT key, value, seq FROM kv ORDER BY key"))
+
+
+async def test_a_warm_store_restores_to_the_same_records_as_an_empty_one(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    topics = TopicSettings(
+        commands=unique("c"),
+        control=unique("k"),
+        results=unique("r"),
+        events=unique("e"),
+        sessions=unique("sessions"),
+        dlq=unique("d"),
+        partitions=1,
+    )
+    kafka = KafkaSettings(bootstrap_servers=kafka_bootstrap)
+    await create_topics(kafka, topics)
+    records = _steps(sessions=6, steps=12)
+    half = len(records) // 2
+    reader = SessionsReader(kafka, topics.sessions)
+    try:
+        await _produce(kafka_bootstrap, topics.sessions, records[:half])
+        warm = SqliteTable(tmp_path / "warm", max_age_s=3600)
+        await reader.restore(0, warm, cache_max_bytes=1 << 20)
+        warm.mark_clean()
+        warm.close()
+        await _produce(kafka_bootstrap, topics.sessions, records[half:])
+        warm = SqliteTable(tmp_path / "warm", max_age_s=3600)
+        assert warm.position == half, "a cleanly closed store keeps its position"
+        warm_store = await reader.restore(0, warm, cache_max_bytes=1 << 20)
+        cold = SqliteTable(tmp_path / "cold", max_age_s=3600)
+        cold_store = await reader.restore(0, cold, cache_max_bytes=1 << 20)
+        for i in range(6):
+            got_warm, got_cold = warm_store.get(f"s{i}"), cold_store.get(f"s{i}")
+            assert got_warm is not None and got_cold is not None
+            assert got_warm.state == got_cold.state
+        warm.close()
+        cold.close()
+        assert _rows(tmp_path / "warm") == _rows(tmp_path / "cold")
+        # Not closed cleanly (a crash, a failed owner): wiped and read again from the start.
+        again = SqliteTable(tmp_path / "warm", max_age_s=3600)
+        again.close()
+        reopened = SqliteTable(tmp_path / "warm", max_age_s=3600)
+        assert reopened.position == 0
+        reopened.close()
+    finally:
+        await reader.close()
