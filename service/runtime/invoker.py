@@ -287,6 +287,9 @@ class Invoker:
 
         def build(error: BaseException) -> Outcome:
             reason = f"the command's output was refused by the broker: {error}"
+            # What the refused outcome wrote is not on the changelog: the next write is a
+            # change of the state before it.
+            self._store.put(work.session_id, before)
             outcome = self._failure(
                 work, before, "internal", reason, seq=None, max_bytes=FALLBACK_RESULT_MAX_BYTES
             )

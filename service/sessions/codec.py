@@ -58,14 +58,16 @@ def decode_state(data: bytes) -> SessionState:
 
 
 def encode_head(
-    state: SessionState, *, results: list[str], assistant_at: int | None
+    state: SessionState, *, results: list[str], assistant_at: int | None, applied: int
 ) -> tuple[bytes, int]:
     """The head record of ``state`` and its JSON length: everything but the messages (in history
-    records), the open batch's results named by toolUseId (stored in result slots, in order),
-    its assistant message by index when it is message ``assistant_at`` of the history."""
+    records) and the applied command ids (``applied`` of them ever, the newest in their slots),
+    the open batch's results named by toolUseId (stored in result slots, in order), its
+    assistant message by index when it is message ``assistant_at`` of the history."""
     data = state.to_dict()
     data["messages"] = None
-    data["history"] = {"messages": len(state.messages)}
+    data["applied_commands"] = None
+    data["history"] = {"messages": len(state.messages), "applied": applied}
     pending = data["pending"]
     if pending is not None:
         pending["results"] = results
@@ -85,6 +87,10 @@ class Loaded:
     state: SessionState
     history: list[Message]
     """The messages stored in history records (none for a state written whole)."""
+    applied: list[str]
+    """The applied command ids stored in their slots (none for a state written whole)."""
+    applied_count: int
+    """How many command ids the session applied over its life (slots are reused)."""
     results: list[tuple[str, ContentBlock]]
     """The open batch's results stored in result slots, in slot order."""
     sizes: list[int]
@@ -98,13 +104,19 @@ def decode_session(head: bytes, records: Mapping[bytes, bytes]) -> Loaded:
     index = loaded.pop("history", None)
     if index is None:
         state = _state(loaded)
-        return Loaded(state, [], [], [], len(head))
+        return Loaded(state, [], [], 0, [], [], len(head))
     session_id = loaded.get("session_id")
     if not isinstance(session_id, str) or not isinstance(index, dict):
         raise StateDecodeError("session head is malformed: no session_id or history index")
     sizes: list[int] = []
     try:
         count = int(index["messages"])
+        applied_count = int(index["applied"])
+        applied = [
+            history.load(history.applied_key(session_id, k), records)[0]
+            for k in range(max(0, applied_count - history.APPLIED_SLOTS), applied_count)
+        ]
+        loaded["applied_commands"] = applied
         messages = []
         for i in range(count):
             message, size = history.load(history.message_key(session_id, i), records)
@@ -128,7 +140,9 @@ def decode_session(head: bytes, records: Mapping[bytes, bytes]) -> Loaded:
         raise StateDecodeError(f"session head is malformed: {exc}") from exc
     loaded["messages"] = messages
     state = _state(loaded)
-    return Loaded(state, list(state.messages), results, sizes[:count], len(head))
+    return Loaded(
+        state, list(state.messages), list(applied), applied_count, results, sizes[:count], len(head)
+    )
 
 
 def _head_dict(data: bytes) -> dict[str, Any]:

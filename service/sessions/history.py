@@ -6,7 +6,9 @@ every one of them until the session is deleted:
 
 - ``<session id> NUL "m" <index, 10 digits>``: message ``index`` of the conversation;
 - ``<session id> NUL "r" <slot, 5 digits>``: the ``slot``-th completed tool result of the open
-  batch (the head lists their toolUseIds in slot order).
+  batch (the head lists their toolUseIds in slot order);
+- ``<session id> NUL "a" <slot, 3 digits>``: the ``k``-th command id the session applied, in
+  slot ``k`` mod 256 (the head counts them; the newest 256 are kept, for de-duplication).
 
 A value larger than a record may hold is split: the first part is ``"s"``, the part count
 (4 bytes, big-endian), then the first chunk; part ``k`` (``k >= 1``) lives under the same key
@@ -26,6 +28,9 @@ import orjson
 SEPARATOR = b"\x00"
 MESSAGE = b"m"
 RESULT = b"r"
+APPLIED = b"a"
+APPLIED_SLOTS = 256
+"""Command ids kept for de-duplication (``APPLIED_COMMANDS_KEPT`` of the session state)."""
 _SPLIT = b"s"
 _ZLIB = b"z"
 _PART = b"."
@@ -49,6 +54,12 @@ def message_key(session_id: str, index: int) -> bytes:
 
 def result_key(session_id: str, slot: int) -> bytes:
     return prefix(session_id) + RESULT + b"%05d" % slot
+
+
+def applied_key(session_id: str, count: int) -> bytes:
+    """The key of the ``count``-th applied command id (0-based, counted over the session's
+    life): slots are reused round-robin."""
+    return prefix(session_id) + APPLIED + b"%03d" % (count % APPLIED_SLOTS)
 
 
 def is_history_key(key: bytes) -> bool:

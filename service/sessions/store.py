@@ -38,6 +38,10 @@ class StoredSession:
     works on copies of a state's message list)."""
     results: list[tuple[str, ContentBlock]] = field(default_factory=list)
     """The open batch's results as stored in result slots, in slot order."""
+    applied: list[str] = field(default_factory=list)
+    """The applied command ids as stored in their slots (oldest first)."""
+    applied_count: int = 0
+    """Command ids applied over the session's life (the next one goes to this slot mod 256)."""
     sizes: list[int] = field(default_factory=list)
     """JSON bytes of each message of ``history`` (handed on to the next write, not copied)."""
     history_bytes: int = 0
@@ -98,6 +102,8 @@ class SessionStore:
             state=loaded.state,
             event_seq=seq,
             history=loaded.history,
+            applied=loaded.applied,
+            applied_count=loaded.applied_count,
             results=loaded.results,
             sizes=loaded.sizes,
             history_bytes=sum(loaded.sizes),

@@ -68,32 +68,40 @@ class SessionWriter:
         new = state.messages
         keep = _common_prefix(old, new)
         records: list[tuple[bytes, bytes | None]] = []
-        # Taken over from the previous write, not copied: a step costs what it adds.
-        sizes = before.sizes if before is not None else []
-        history_bytes = before.history_bytes - sum(sizes[keep:]) if before is not None else 0
-        del sizes[keep:]
+        added: list[int] = []
         for index in range(keep, len(new)):
             body, raw = history.pack(new[index])
-            sizes.append(raw)
-            history_bytes += raw
+            added.append(raw)
             records.extend(
                 history.split(history.message_key(session_id, index), body, self._part_max)
             )
         results, written = self._results(state, before, records)
+        applied, applied_count = self._applied(state, before, records)
         pending = state.pending
         assistant_at = None
         if pending is not None and new and pending.assistant_message is new[-1]:
             assistant_at = len(new) - 1
         head, head_size = encode_head(
-            state, results=[tool_use_id for tool_use_id, _ in results], assistant_at=assistant_at
+            state,
+            results=[tool_use_id for tool_use_id, _ in results],
+            assistant_at=assistant_at,
+            applied=applied_count,
         )
         if len(head) > self._record_max:
             raise StateTooLargeError(len(head), self._record_max)
         records.append((session_id.encode(), head))
+        # Taken over from the previous write, not copied: a step costs what it adds.
+        sizes = before.sizes if before is not None else []
+        history_bytes = before.history_bytes - sum(sizes[keep:]) if before is not None else 0
+        del sizes[keep:]
+        sizes.extend(added)
+        history_bytes += sum(added)
         stored = StoredSession(
             state=state,
             event_seq=event_seq,
             history=new,
+            applied=applied,
+            applied_count=applied_count,
             results=results,
             sizes=sizes,
             history_bytes=history_bytes,
@@ -107,6 +115,36 @@ class SessionWriter:
         keys = self.store.keys_of(session_id)
         version = self.store.drop(session_id)
         return StateWrite(session_id, [(key, None) for key in keys], 0, version)
+
+    def _applied(
+        self,
+        state: SessionState,
+        before: StoredSession | None,
+        records: list[tuple[bytes, bytes | None]],
+    ) -> tuple[list[str], int]:
+        """The applied command ids as stored after this write, and how many the session ever
+        applied; writes the slots of the ids added since the previous write (all of them, and
+        tombstones for slots left over, when the list changed otherwise)."""
+        session_id = state.session_id
+        old = before.applied if before is not None else []
+        count = before.applied_count if before is not None else 0
+        new = list(state.applied_commands)
+        known = set(old)
+        kept = len(new)
+        while kept > 0 and new[kept - 1] not in known:
+            kept -= 1
+        total = count + len(new) - kept
+        if new[:kept] != old[len(old) - kept :] or len(new) != min(total, history.APPLIED_SLOTS):
+            # Not the old list with ids added (and the oldest dropped): written anew.
+            records.extend(
+                (history.applied_key(session_id, k), None)
+                for k in range(len(new), min(count, history.APPLIED_SLOTS))
+            )
+            count, kept = 0, 0
+        for offset, command_id in enumerate(new[kept:]):
+            key = history.applied_key(session_id, count + offset)
+            records.append((key, history.pack(command_id)[0]))
+        return new, count + len(new) - kept
 
     def _results(
         self,

@@ -42,6 +42,7 @@ step = st.one_of(
     st.tuples(st.just("rollback"), st.integers(1, 4), st.just(0)),
     st.tuples(st.just("pending"), st.integers(0, 3), st.integers(0, 8_000)),
     st.tuples(st.just("crash"), st.just(0), st.just(0)),
+    st.tuples(st.just("forget_ids"), st.integers(0, 3), st.just(0)),
     st.tuples(st.just("compact"), st.just(0), st.just(0)),
 )
 
@@ -73,6 +74,10 @@ def _apply(state: SessionState, kind: str, count: int, size: int, n: int) -> Ses
     elif kind == "rollback":
         del state.messages[max(0, len(state.messages) - count) :]
         state.pending = None
+    elif kind == "forget_ids":
+        # Not a change the runtime makes, but the writer must store any list of ids.
+        state.applied_commands = state.applied_commands[:count]
+        return state
     elif kind == "pending":
         uses = [{"toolUse": {"toolUseId": f"t{n}-{i}", "name": "x", "input": {}}} for i in range(3)]
         assistant = {"role": "assistant", "content": uses}
@@ -83,7 +88,7 @@ def _apply(state: SessionState, kind: str, count: int, size: int, n: int) -> Ses
         for i in range(count):
             results[f"t{n}-{i}"] = _result(f"t{n}-{i}", size)
         state.pending.results = results
-    state.applied_commands.append(f"c{n}")
+    state.mark_applied(f"c{n}")
     return state
 
 
@@ -133,3 +138,20 @@ def test_a_step_writes_only_what_it_added() -> None:
     state.messages.append(_message("assistant", 400, 501))
     write = writer.write(state, 1)
     assert [key for key, _ in write.records] == [b"s\x00m0000000500", b"s"]
+
+
+def test_applied_command_ids_past_the_kept_window_read_back_in_order() -> None:
+    """Ids go round-robin into 256 slots: each step writes one, a reload has the newest 256."""
+    store = SessionStore(MemoryTable())
+    writer = SessionWriter(store, record_max_bytes=RECORD_MAX)
+    log: Changelog = []
+    state = SessionState(session_id="s", agent="a")
+    for n in range(300):
+        state = state.snapshot()
+        state.mark_applied(f"command-{n}")
+        write = writer.write(state, n)
+        assert len(write.records) == 2, "one id slot and the head"
+        log.extend(write.records)
+    reread = _restored(_compacted(log)).get("s")
+    assert reread is not None
+    assert reread.state.applied_commands == [f"command-{n}" for n in range(44, 300)]
