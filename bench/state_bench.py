@@ -425,6 +425,8 @@ async def timed_restore(kafka: KafkaSettings, topic: str, folder: Path) -> tuple
         return wall, cpu, table.position - before
     finally:
         await reader.close()
+        # As an owner that stopped cleanly: the next open trusts the table (a warm restore).
+        table.mark_clean()
         table.close()
 
 

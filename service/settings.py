@@ -116,6 +116,10 @@ class SessionSettings(BaseModel):
     idle_ttl_s: float | None = Field(default=None, gt=0)
     """Delete a session idle longer than this (no command written to it), as a ``delete``
     command would, with a ``session_expired`` event; unset keeps sessions until deleted."""
+    standby: bool = False
+    """Keep a local copy of every partition this instance does not own, following the sessions
+    topic, so that taking a partition over reads only what was written since (instead of the
+    whole partition); costs a reader of the topic and the disk of the copies."""
     local_max_age_s: float = Field(default=12 * 3600.0, gt=0)
     """A local store last written longer ago is rebuilt from the topic, not trusted: a session
     deleted meanwhile leaves only tombstones, which compaction removes after the topic's

@@ -110,6 +110,12 @@ class Metrics:
             ["replacement"],
             registry=r,
         )
+        self._restored = Counter(
+            "cairn_restored_records",
+            "Sessions changelog records read by restores (a partition taken over reads only what "
+            "its local store has not seen).",
+            registry=r,
+        )
         self._expired = Counter(
             "cairn_sessions_expired",
             "Sessions deleted after being idle longer than sessions.idle_ttl_s.",
@@ -178,6 +184,9 @@ class Metrics:
         """Count one outcome the broker refused for good: ``fallback`` (its small replacement
         was written) or ``dropped`` (nothing could be written)."""
         self._unwritable.labels(replacement if replacement == "fallback" else "dropped").inc()
+
+    def restored(self, records: int) -> None:
+        self._restored.inc(records)
 
     def session_expired(self) -> None:
         self._expired.inc()

@@ -34,6 +34,7 @@ from service.runtime.poison import NOT_THE_RECORDS, PoisonGuard
 from service.runtime.records import dlq_record, event_record, parse_command, session_key
 from service.runtime.restore import SessionsReader
 from service.runtime.session_queue import SessionQueues
+from service.runtime.standby import Standby
 from service.runtime.transactions import resolve_open_transactions, vouched
 from service.runtime.work import CommandWork, InputRecord, Outcome
 from service.sessions.table import SqliteTable
@@ -83,6 +84,8 @@ class OwnerContext:
     sessions: SessionsReader
     store_root: Path
     """Folder of the local session stores, one subfolder per partition."""
+    standby: Standby | None = None
+    """Follows the partitions not owned here; an owner takes its partition's table from it."""
     observer: CommitObserver | None = None
     metrics: Metrics = field(default_factory=Metrics)
 
@@ -215,6 +218,8 @@ class PartitionOwner:
         if self._seek_on_start:
             await self._seek_to_committed()
         await self._ctx.faults.before_restore(self.partition)
+        if self._ctx.standby is not None:
+            await self._ctx.standby.release(self.partition)
         self._table = SqliteTable(
             self._ctx.store_root / f"{self._topics.sessions}-{self.partition}",
             max_age_s=settings.sessions.local_max_age_s,

@@ -17,6 +17,7 @@ import time
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from service.observability.metrics import Metrics
 from service.runtime.clients import reader
 from service.runtime.work import OutRecord
 from service.sessions.store import SessionStore, event_seq_of
@@ -29,8 +30,9 @@ logger = logging.getLogger(__name__)
 class SessionsReader:
     """The instance's reader of the sessions topic; :meth:`close` it when the runtime stops."""
 
-    def __init__(self, kafka: KafkaSettings, topic: str) -> None:
+    def __init__(self, kafka: KafkaSettings, topic: str, metrics: Metrics | None = None) -> None:
         self._kafka = kafka
+        self._metrics = metrics if metrics is not None else Metrics()
         self._topic = topic
         self._consumer: AIOKafkaConsumer | None = None
         self._uncommitted: AIOKafkaConsumer | None = None
@@ -42,7 +44,8 @@ class SessionsReader:
             if self._consumer is None:
                 self._consumer = await _started(self._committed_reader())
             try:
-                await _catch_up(self._consumer, self._topic, partition, table)
+                records = await _catch_up(self._consumer, self._topic, partition, table)
+                self._metrics.restored(records)
                 return SessionStore(table, cache_max_bytes=cache_max_bytes)
             except Exception:
                 # A reader in an unknown state is not reused: the next restore starts afresh.
@@ -121,7 +124,8 @@ async def _started(consumer: AIOKafkaConsumer) -> AIOKafkaConsumer:
     return consumer
 
 
-async def _catch_up(consumer: AIOKafkaConsumer, topic: str, partition: int, table: Table) -> None:
+async def _catch_up(consumer: AIOKafkaConsumer, topic: str, partition: int, table: Table) -> int:
+    """Bring ``table`` to the partition's end; returns how many records were read."""
     tp = TopicPartition(topic, partition)
     started = time.monotonic()
     records = size = 0
@@ -157,3 +161,4 @@ async def _catch_up(consumer: AIOKafkaConsumer, topic: str, partition: int, tabl
         size,
         time.monotonic() - started,
     )
+    return records

@@ -34,6 +34,7 @@ from service.runtime.partition_owner import InFlight, OwnerContext, OwnerExit, P
 from service.runtime.rebalance import RebalanceListener
 from service.runtime.restart_backoff import RestartBackoff
 from service.runtime.restore import SessionsReader
+from service.runtime.standby import Standby
 from service.runtime.topics import verify_topics
 from service.settings import Settings
 
@@ -81,6 +82,7 @@ class Runtime:
         """Set with ``_stopping``: cuts short the waits before owners are re-created."""
         self._tasks: asyncio.TaskGroup | None = None
         self._ctx: OwnerContext | None = None
+        self._standby: Standby | None = None
         self.inflight = InFlight(settings.runtime.max_in_flight)
 
     @property
@@ -115,16 +117,27 @@ class Runtime:
             rebalance_timeout_ms=group.rebalance_timeout_ms,
             max_partition_fetch_bytes=4 * 1024 * 1024,
         )
-        sessions = SessionsReader(settings.kafka, settings.topics.sessions)
+        sessions = SessionsReader(settings.kafka, settings.topics.sessions, self._ops.metrics)
         scratch = None
         root = settings.sessions.store_dir
         if root is None:
             scratch = tempfile.TemporaryDirectory(prefix="cairn-sessions-")
             root = Path(scratch.name)
+        standby = None
+        if settings.sessions.standby:
+            standby = Standby(
+                settings.kafka,
+                settings.topics.sessions,
+                root / group.group_id,
+                max_age_s=settings.sessions.local_max_age_s,
+            )
+            standby.follow(range(partitions))
+        self._standby = standby
         self._ctx = OwnerContext(
             settings=settings,
             sessions=sessions,
             store_root=root / group.group_id,
+            standby=standby,
             agents=self._agents,
             consumer=consumer,
             inflight=self.inflight,
@@ -156,6 +169,7 @@ class Runtime:
                 self._tasks = tasks
                 fetching = tasks.create_task(loop.run())
                 probe = tasks.create_task(self._lag.run())
+                following = tasks.create_task(standby.run()) if standby is not None else None
                 await stop.wait()
                 logger.info("owners=<%d> | stopping: draining partitions", len(self._owners))
                 self._stopping = True
@@ -165,6 +179,8 @@ class Runtime:
                 await fetching
                 await self._stop_owners(set(self._owners))
                 probe.cancel()
+                if following is not None:
+                    following.cancel()
         finally:
             self._tasks = None
             await sessions.close()
@@ -201,6 +217,8 @@ class Runtime:
         self._assigned -= partitions
         self._ops.readiness.revoked(partitions)
         await self._stop_owners(partitions)
+        if self._standby is not None and not self._stopping:
+            self._standby.follow(partitions)
 
     def _restored(self, partition: int) -> None:
         self._ops.readiness.restored(partition)

@@ -83,3 +83,59 @@ async def test_kill_mid_commit_of_a_multi_record_step_leaves_old_or_new(
         cluster.bootstrap, cluster.topics.sessions, cluster.partitions
     )
     assert max(len(r.value or b"") for r in records) <= int(RECORD_MAX)
+
+
+HOARD_CYCLES = 25
+HOARD_RESULT_BYTES = 2_000_000
+"""25 tool results of 2 MB: a conversation of 50 MB."""
+
+
+async def test_a_50_mb_session_survives_a_kill_and_takes_a_command_on_another_instance(
+    cluster: Cluster,
+) -> None:
+    session = unique("s")
+    first = invoke(session, "collect", agent="hoard")
+    env = {
+        "CAIRN_TEST_RESULT_BYTES": str(HOARD_RESULT_BYTES),
+        "CAIRN_TEST_HOARD_CYCLES": str(HOARD_CYCLES),
+    }
+    with services() as procs:
+        victim = cluster.start(
+            "victim",
+            CAIRN_FAULTS__KILL_AT="after_commit",
+            CAIRN_FAULTS__KILL_AFTER="40",
+            **env,
+        )
+        procs.append(victim)
+        await victim.wait_ready()
+        async with Client(cluster) as client:
+            await client.send(first)
+            await wait_for(lambda: not victim.alive, 120, "the victim killing itself")
+            assert victim.process.returncode == -signal.SIGKILL, victim.text()[-3000:]
+            fresh = cluster.start("fresh", **env)
+            procs.append(fresh)
+            result = await client.result(first["command_id"], timeout=120, alive=fresh)
+            assert result["message"]["content"] == [{"text": "done turn 1"}], result
+            # Another instance, restoring the whole session from the topic, takes the next turn.
+            assert await fresh.terminate() == 0
+            other = cluster.start("other", **env)
+            procs.append(other)
+            again = invoke(session, "and now?", agent="simple")
+            await client.send(again)
+            answer = await client.result(again["command_id"], timeout=120, alive=other)
+            assert answer["message"]["content"] == [{"text": "done turn 2"}], answer
+            assert await other.terminate() == 0
+            await client.caught_up()
+    assert len(client.results_for(first["command_id"])) == 1
+    state, _ = await last_session_state(cluster, session)
+    results = [
+        block["toolResult"]
+        for message in state.messages
+        for block in message["content"]
+        if "toolResult" in block
+    ]
+    assert len(results) == HOARD_CYCLES
+    for r in results:
+        expected = bulky_text(f"{session}:{r['toolUseId']}", HOARD_RESULT_BYTES)
+        assert r["content"] == [{"text": expected}]
+    assert sum(len(r["content"][0]["text"]) for r in results) == 50_000_000

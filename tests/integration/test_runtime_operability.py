@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from tests.support.runtime_harness import (
     Client,
     Cluster,
     ServiceProcess,
+    health_port,
     invoke,
     services,
     unique,
@@ -33,17 +33,9 @@ from tests.support.runtime_harness import (
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(150)]
 
-_PORT = re.compile(r"port=<(\d+)> \| health server listening")
 _TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 _PARENT_SPAN = "00f067aa0ba902b7"
 _TRACEPARENT = f"00-{_TRACE_ID}-{_PARENT_SPAN}-01"
-
-
-async def _port(proc: ServiceProcess) -> int:
-    await proc.wait_log("health server listening")
-    match = _PORT.search(proc.text())
-    assert match is not None, proc.text()[-2000:]
-    return int(match.group(1))
 
 
 async def _get(http: aiohttp.ClientSession, port: int, path: str) -> tuple[int, str]:
@@ -93,7 +85,7 @@ async def test_readyz_is_false_while_restoring_and_true_after(cluster: Cluster) 
     with services() as procs:
         proc = cluster.start(CAIRN_FAULTS__HOLD_RESTORE="true")
         procs.append(proc)
-        port = await _port(proc)
+        port = await health_port(proc)
         async with aiohttp.ClientSession() as http:
             assert (await _get(http, port, "/livez"))[0] == 200
             await proc.wait_log("restore held until SIGUSR1")
@@ -187,7 +179,7 @@ async def test_metrics_logs_and_trace_context_follow_real_traffic(cluster: Clust
     with services() as procs:
         proc = cluster.start(CAIRN_LOG_JSON="true")
         procs.append(proc)
-        port = await _port(proc)
+        port = await health_port(proc)
         await proc.wait_ready()
         producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
         await producer.start()

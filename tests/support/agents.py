@@ -179,6 +179,11 @@ def registry() -> Mapping[str, AgentDefinition]:
         ),
         "long": AgentDefinition(name="long", model=CycleModel(6), tools=[record]),
         "bulky": AgentDefinition(name="bulky", model=CycleModel(4, "bulky"), tools=[bulky]),
+        "hoard": AgentDefinition(
+            name="hoard",
+            model=CycleModel(int(os.environ.get("CAIRN_TEST_HOARD_CYCLES", "25")), "bulky"),
+            tools=[bulky],
+        ),
         "slowtools": AgentDefinition(name="slowtools", model=CycleModel(2, "slow"), tools=[slow]),
         "approval": AgentDefinition(
             name="approval", model=CycleModel(1, "approve"), tools=[approve]

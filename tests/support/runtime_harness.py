@@ -11,6 +11,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -422,3 +423,15 @@ def services() -> Iterator[list[ServiceProcess]]:
             if proc.alive:
                 proc.signal(signal.SIGCONT)
                 proc.kill()
+
+
+_HEALTH_PORT = re.compile(r"port=<(\d+)> \| health server listening")
+
+
+async def health_port(proc: ServiceProcess) -> int:
+    """The port of the process's health and metrics endpoint (started with port 0, it logs the
+    one it bound)."""
+    await proc.wait_log("health server listening")
+    match = _HEALTH_PORT.search(proc.text())
+    assert match is not None, proc.text()[-2000:]
+    return int(match.group(1))
