@@ -6,9 +6,7 @@ with the results it was given (a stopped invocation's result first, then the del
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
-from types import TracebackType
 from typing import Any
 
 import orjson
@@ -20,6 +18,7 @@ from service.client.kafka_io import Seen
 from service.wire.codec import decode_command, encode_result
 from service.wire.commands import DeleteCommand
 from service.wire.results import deleted_result
+from tests.support.fake_reader import FakeReader
 
 
 def deleted(command_id: str, **report: Any) -> dict[str, Any]:
@@ -58,31 +57,6 @@ class FakeKafka:
         self.readers += 1
         assert topics == ["cairn.results"], "a delete has no events to follow"
         return FakeReader(self)
-
-
-class FakeReader:
-    def __init__(self, kafka: FakeKafka) -> None:
-        self._kafka = kafka
-
-    async def __aenter__(self) -> FakeReader:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        return None
-
-    async def poll(self) -> list[Seen]:
-        batch, self._kafka._unread = self._kafka._unread, []
-        if not batch:
-            await asyncio.sleep(0.01)  # as a real poll waits, so a timeout can fire
-        return batch
-
-    async def scan(self) -> list[Seen]:
-        return []
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ session's results so far, and a record of what would be published.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from types import TracebackType
 from typing import Any
 
 import orjson
@@ -16,6 +15,7 @@ import pytest
 from service.cli import main
 from service.client import actions
 from service.client.kafka_io import Seen
+from tests.support.fake_reader import FakeReader
 
 IID = "v1:tool_call:tooluse_3_0:225d3982-9eb3-5ce9-93ca-f09a444307f7"
 CHECKPOINT = {"position": "after_tools", "cycle_index": 1, "schema_version": "1.0"}
@@ -102,29 +102,6 @@ class FakeKafka:
 
     def reader(self, *args: object, **kwargs: object) -> FakeReader:
         return FakeReader(self)
-
-
-class FakeReader:
-    def __init__(self, kafka: FakeKafka) -> None:
-        self._kafka = kafka
-
-    async def __aenter__(self) -> FakeReader:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        return None
-
-    async def poll(self) -> list[Seen]:
-        batch, self._kafka._unread = self._kafka._unread, []
-        return batch
-
-    async def scan(self) -> list[Seen]:
-        return []
 
 
 @pytest.fixture
