@@ -40,6 +40,8 @@ def test_a_documented_default_is_the_code_default(name: str, shown: str) -> None
     actual = default_of(name)
     if actual is None:
         assert shown == "unset"
+    elif isinstance(actual, bool):
+        assert shown == str(actual).lower()  # as the environment variable is written
     elif isinstance(actual, float) and actual.is_integer():
         assert shown == str(int(actual))
     else:
