@@ -1,13 +1,17 @@
-"""Deleting a session: one result, tombstones for its head and every history record (so that
-compaction leaves nothing of it on the sessions topic); its id then starts a fresh session."""
+"""Deleting a session: one result, tombstones for its head and every history record, and after
+compaction nothing of it left on the sessions topic; its id then starts a fresh session."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+from service.client.kafka_io import partition_for
 from tests.support.runtime_harness import (
     Client,
     Cluster,
@@ -18,7 +22,37 @@ from tests.support.runtime_harness import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
+
+FAST_COMPACTION = {
+    # AlterConfigs replaces a topic's whole configuration: the policy must be said again.
+    "cleanup.policy": "compact",
+    "segment.ms": "100",
+    "min.cleanable.dirty.ratio": "0.01",
+    "delete.retention.ms": "0",
+    "min.compaction.lag.ms": "0",
+}
+
+
+async def _compact_quickly(cluster: Cluster) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    await admin.start()
+    try:
+        resource = ConfigResource(
+            ConfigResourceType.TOPIC, cluster.topics.sessions, configs=FAST_COMPACTION
+        )
+        await admin.alter_configs([resource])
+    finally:
+        await admin.close()
+
+
+def _same_partition(session_id: str, partitions: int) -> str:
+    """Another session id of the same partition (its writes roll and dirty that log)."""
+    wanted = partition_for(session_id, partitions)
+    while True:
+        other = unique("filler")
+        if partition_for(other, partitions) == wanted:
+            return other
 
 
 def delete(session_id: str, **fields: Any) -> dict[str, Any]:
@@ -52,10 +86,12 @@ async def _newest_values(cluster: Cluster, session_id: str) -> dict[bytes, bytes
     return {key: value for key, value in newest.items() if value is not None}
 
 
-async def test_a_deleted_session_leaves_only_tombstones_and_its_id_starts_afresh(
+async def test_a_deleted_session_is_compacted_away_and_its_id_starts_afresh(
     cluster: Cluster,
 ) -> None:
+    await _compact_quickly(cluster)
     session = unique("s")
+    filler = _same_partition(session, cluster.partitions)
     with services() as procs:
         proc = cluster.start()
         procs.append(proc)
@@ -78,9 +114,17 @@ async def test_a_deleted_session_leaves_only_tombstones_and_its_id_starts_afresh
                 "stopped": None,
                 "skipped": [],
             }
-            # Every key the session ever had ends in a tombstone: compaction keeps nothing of it
-            # (tests/unit/sessions/test_history_properties.py replays compaction itself).
+            # Every key the session ever had ends in a tombstone.
             assert await _newest_values(cluster, session) == {}
+            # Writes of another session of the partition roll its segments, so the broker's
+            # cleaner compacts it: first the records, then the tombstones.
+            deadline = time.monotonic() + 120
+            while await _keys_of(cluster, session):
+                assert time.monotonic() < deadline, "the deleted session was not compacted away"
+                command = invoke(filler, "fill", agent="simple")
+                await client.send(command)
+                await client.result(command["command_id"], alive=proc)
+                await asyncio.sleep(0.5)
             again = invoke(session, "hello again", agent="simple")
             await client.send(again)
             fresh = await client.result(again["command_id"], alive=proc)
