@@ -74,10 +74,7 @@ def encode_head(
         if assistant_at is not None:
             pending["assistant_message"] = None
             pending["assistant_at"] = assistant_at
-    raw = orjson.dumps(data)
-    if len(raw) > COMPRESS_ABOVE:
-        return _ZLIB + zlib.compress(raw, _LEVEL), len(raw)
-    return raw, len(raw)
+    return history.pack(data)
 
 
 @dataclass(slots=True)
