@@ -22,6 +22,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
+from service.sessions.history import is_history_key
+
 logger = logging.getLogger(__name__)
 
 Row = tuple[bytes, bytes | None, int, int]
@@ -97,11 +99,13 @@ class MemoryTable:
         self._position = max(self._position, position)
 
     def heads(self) -> int:
-        return sum(1 for key in self._rows if b"\x00" not in key)
+        return sum(1 for key in self._rows if not is_history_key(key))
 
     def idle(self, before_ms: int, limit: int) -> list[tuple[str, int]]:
         heads = sorted(
-            (ts, key) for key, ts in self._written.items() if b"\x00" not in key and ts < before_ms
+            (ts, key)
+            for key, ts in self._written.items()
+            if not is_history_key(key) and ts < before_ms
         )
         return [(key.decode(), ts) for ts, key in heads[:limit]]
 
@@ -225,7 +229,7 @@ class SqliteTable:
                 "INSERT OR REPLACE INTO kv (key, value, seq, written_ms, head) "
                 "VALUES (?, ?, ?, ?, ?)",
                 (
-                    (key, value, seq, written_ms, b"\x00" not in key)
+                    (key, value, seq, written_ms, not is_history_key(key))
                     for key, value, seq, written_ms in last.values()
                     if value is not None
                 ),
