@@ -42,13 +42,14 @@ from typing import Any, TypeVar
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import NewTopic
 
-from service.agent.state import APPLIED_COMMANDS_KEPT, SessionState
+from service.agent.state import SessionState
 from service.agent.types import Message
 from service.runtime.clients import admin
 from service.runtime.records import RECORD_MAX_BYTES
 from service.runtime.restore import SessionsReader
 from service.runtime.topics import topic_specs, wait_for_leaders
 from service.sessions.codec import encode_state
+from service.sessions.delivery import APPLIED_KEPT, Delivery
 from service.sessions.store import (
     CACHE_MAX_BYTES,
     SessionStore,
@@ -153,16 +154,15 @@ def uses_tool(assistant_index: int) -> bool:
 
 def session_state(
     session_id: str, count: int, texts: Sequence[str], *, applied_ids: bool = True
-) -> SessionState:
-    """A session after ``count`` messages: one command applied per two messages (the state keeps
-    the last ``APPLIED_COMMANDS_KEPT`` ids in its head), as the runtime leaves it."""
+) -> tuple[SessionState, Delivery]:
+    """A session after ``count`` messages: one command applied per two messages (the session
+    keeps the last ``APPLIED_KEPT`` ids), as the runtime leaves it."""
     state = SessionState(session_id=session_id, agent="support")
     state.messages = conversation(session_id, count, texts)
     state.turn_metrics = {"cycles": 3, "input_tokens": 5210, "output_tokens": 812}
     applied = count // 2 if applied_ids else 0
-    for step in range(max(0, applied - APPLIED_COMMANDS_KEPT), applied):
-        state.mark_applied(command_id(session_id, step))
-    return state
+    first = max(0, applied - APPLIED_KEPT)
+    return state, Delivery(tuple(command_id(session_id, step) for step in range(first, applied)))
 
 
 def command_id(session_id: str, step: int) -> str:
@@ -205,8 +205,8 @@ class StepCost:
     whole_cpu_us: float
 
 
-Step = tuple[SessionState, list[Message], str | None]
-"""A step's input: the state before, the two messages it appends, the command it applies."""
+Step = tuple[tuple[SessionState, Delivery], list[Message], str | None]
+"""A step's input: the session before, the two messages it appends, the command it applies."""
 
 
 def median_cpu(prepare: Callable[[], T], run: Callable[[T], object]) -> float:
@@ -220,13 +220,14 @@ def median_cpu(prepare: Callable[[], T], run: Callable[[T], object]) -> float:
     return statistics.median(times)
 
 
-def stepped(given: Step) -> SessionState:
-    """The state after the step: a snapshot (as the engine takes one) with the step applied."""
-    state = given[0].snapshot()
+def stepped(given: Step) -> tuple[SessionState, Delivery]:
+    """The session after the step: a snapshot of the state (as the engine takes one) with the
+    step's messages, the command marked applied."""
+    state, delivery = given[0][0].snapshot(), given[0][1]
     state.messages.extend(given[1])
     if given[2] is not None:
-        state.mark_applied(given[2])
-    return state
+        delivery = delivery.applying(given[2])
+    return state, delivery
 
 
 def step_inputs(history: int, texts: Sequence[str], *, applied_ids: bool) -> Callable[[], Step]:
@@ -245,11 +246,12 @@ def written_step(history: int, texts: Sequence[str], *, applied_ids: bool) -> Wr
     repetition steps from the same state, with new message objects)."""
     prepare = step_inputs(history, texts, applied_ids=applied_ids)
     writer = SessionWriter(SessionStore(MemoryTable()), record_max_bytes=RECORD_MAX_BYTES)
-    writer.write(prepare()[0], 1)
+    writer.write(*prepare()[0], 1)
     last: list[StateWrite] = []
 
     def step(given: Step) -> None:
-        last[:] = [writer.write(stepped(given), 2)]
+        state, delivery = stepped(given)
+        last[:] = [writer.write(state, 2, delivery)]
 
     cpu = median_cpu(prepare, step)
     records = last[0].records
@@ -258,13 +260,13 @@ def written_step(history: int, texts: Sequence[str], *, applied_ids: bool) -> Wr
 
 def step_cost(history: int, texts: Sequence[str]) -> StepCost:
     prepare = step_inputs(history, texts, applied_ids=True)
-    whole = encode_state(stepped(prepare()))
+    whole = encode_state(*stepped(prepare()))
     return StepCost(
         history=history,
         step=written_step(history, texts, applied_ids=True),
         bare=written_step(history, texts, applied_ids=False),
         whole_bytes=len(f"step-{history}") + len(whole),
-        whole_cpu_us=median_cpu(prepare, lambda given: encode_state(stepped(given))) * 1e6,
+        whole_cpu_us=median_cpu(prepare, lambda given: encode_state(*stepped(given))) * 1e6,
     )
 
 
@@ -346,12 +348,13 @@ def changelog(target_bytes: int, texts: Sequence[str]) -> Iterator[tuple[bytes, 
         for at in range(0, SESSION_MESSAGES, 2):
             for session_id in ids:
                 state = SessionState(session_id=session_id, agent="support")
+                delivery = Delivery()
                 before = writer.store.get(session_id)
                 if before is not None:
-                    state = before.state.snapshot()
+                    state, delivery = before.state.snapshot(), before.delivery
                 state.messages.extend(conversation(session_id, 2, texts, start=at))
-                state.mark_applied(command_id(session_id, at // 2))
-                write = writer.write(state, at // 2 + 1)
+                delivery = delivery.applying(command_id(session_id, at // 2))
+                write = writer.write(state, at // 2 + 1, delivery)
                 for key, value in write.records:
                     assert value is not None
                     produced += len(key) + len(value)
@@ -510,8 +513,8 @@ def fill(store: SessionStore, sessions: int, texts: Sequence[str]) -> int:
     rows: list[Row] = []
     position = size = 0
     for index in range(sessions):
-        state = session_state(f"rss-{index:07d}", SESSION_MESSAGES, texts)
-        write = writer.write(state, 1)
+        state, delivery = session_state(f"rss-{index:07d}", SESSION_MESSAGES, texts)
+        write = writer.write(state, 1, delivery)
         stored = writer.store.get(state.session_id)
         assert stored is not None
         size = stored.size

@@ -15,7 +15,7 @@ from service.agent.types import AgentResult, Message
 
 
 def resolve_cancel(
-    state: SessionState, message: str | None = None, *, command_id: str | None = None
+    state: SessionState, message: str | None = None
 ) -> tuple[AgentResult, SessionState]:
     """Cancel a session outside any invocation, resolving its pause if it has one.
 
@@ -40,8 +40,6 @@ def resolve_cancel(
     ws.pending = None
     ws.checkpoint = None
     ws.inflight = None
-    if command_id:
-        ws.mark_applied(command_id)
     result = AgentResult(
         stop_reason="cancelled",
         message=reply,

@@ -183,7 +183,6 @@ class InvocationRun:
         ws.inflight = None
         invocation_metrics = self.metrics.to_dict()
         ws.turn_metrics = add_to_turn(ws.turn_metrics, invocation_metrics)
-        ws.mark_applied(self.invocation.command_id)
         result = AgentResult(
             stop_reason=stop_reason,
             message=message,

@@ -1,4 +1,7 @@
-"""Session state: everything a fresh process needs to continue a session exactly.
+"""Session state: all a fresh process needs to continue a session's conversation exactly.
+
+What the runtime records about delivering the session's commands (applied command ids, cancel
+coverage) is not here but in :mod:`service.sessions.delivery`, stored beside it.
 
 Plain data with a lossless ``to_dict``/``from_dict``; the byte codec and version upcasters live
 in :mod:`service.sessions.codec`. The engine never mutates a state it was given: an invocation
@@ -14,10 +17,6 @@ from typing import Any
 from service.agent.types import Checkpoint, ContentBlock, Interrupt, Message
 
 SESSION_STATE_VERSION = 2
-APPLIED_COMMANDS_KEPT = 256
-"""How many applied command ids a session remembers for de-duplication (oldest dropped)."""
-OPTIONAL_KEYS = ("cancelled_before_ms", "inflight_published_ms")
-"""Keys ``to_dict`` writes only when set, so states that never used them keep their layout."""
 
 
 def clone_json(value: Any) -> Any:
@@ -113,18 +112,11 @@ class SessionState:
     turn_metrics: dict[str, Any] = field(default_factory=dict)
     turn_started_at: float | None = None
     """Wall-clock (epoch seconds) start of the current turn, for the turn deadline."""
-    applied_commands: list[str] = field(default_factory=list)
     schema_version: int = SESSION_STATE_VERSION
     turn_checkpointing: bool | None = None
     """Checkpointing of the current turn, so resumes need not repeat it."""
     turn_limits: dict[str, Any] | None = None
     """Limits of the current turn (``Limits.to_dict`` form), so resumes need not repeat them."""
-    cancelled_before_ms: int | None = None
-    """Publication time (record timestamp, ms) up to which a cancel covers this session's
-    commands: one published no later is answered ``cancelled`` whenever it is first read."""
-    inflight_published_ms: int | None = None
-    """Publication time of the command ``inflight`` names, so a cancel resolves that marker only
-    when it covers that command."""
 
     @property
     def interrupted(self) -> bool:
@@ -150,22 +142,13 @@ class SessionState:
             inflight=self.inflight,
             turn_metrics=self.turn_metrics,
             turn_started_at=self.turn_started_at,
-            applied_commands=list(self.applied_commands),
             schema_version=self.schema_version,
             turn_checkpointing=self.turn_checkpointing,
             turn_limits=dict(self.turn_limits) if self.turn_limits is not None else None,
-            cancelled_before_ms=self.cancelled_before_ms,
-            inflight_published_ms=self.inflight_published_ms,
         )
 
-    def mark_applied(self, command_id: str) -> None:
-        if command_id in self.applied_commands:
-            return
-        self.applied_commands.append(command_id)
-        del self.applied_commands[:-APPLIED_COMMANDS_KEPT]
-
     def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+        return {
             "schema_version": self.schema_version,
             "session_id": self.session_id,
             "agent": self.agent,
@@ -177,15 +160,9 @@ class SessionState:
             "inflight": self.inflight.to_dict() if self.inflight else None,
             "turn_metrics": self.turn_metrics,
             "turn_started_at": self.turn_started_at,
-            "applied_commands": self.applied_commands,
             "turn_checkpointing": self.turn_checkpointing,
             "turn_limits": self.turn_limits,
         }
-        for key in OPTIONAL_KEYS:
-            value = getattr(self, key)
-            if value is not None:
-                data[key] = value
-        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SessionState:
@@ -205,9 +182,6 @@ class SessionState:
             inflight=Inflight.from_dict(inflight) if inflight else None,
             turn_metrics=dict(data.get("turn_metrics") or {}),
             turn_started_at=data.get("turn_started_at"),
-            applied_commands=list(data.get("applied_commands") or []),
             turn_checkpointing=data.get("turn_checkpointing"),
             turn_limits=data.get("turn_limits"),
-            cancelled_before_ms=data.get("cancelled_before_ms"),
-            inflight_published_ms=data.get("inflight_published_ms"),
         )

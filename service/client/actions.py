@@ -244,7 +244,7 @@ def write_seen(
 async def session_state(settings: Settings, session_id: str) -> dict[str, Any] | None:
     """The session's latest committed state from the compacted sessions topic, as a dict (its
     head record joined with its history records)."""
-    from service.sessions.codec import decode_session
+    from service.sessions.codec import decode_session, record_dict
     from service.sessions.history import prefix
 
     async with Reader(
@@ -262,8 +262,8 @@ async def session_state(settings: Settings, session_id: str) -> dict[str, Any] |
     if head is None:
         return None
     history = {key: value for key, value in latest.items() if value is not None}
-    state: dict[str, Any] = decode_session(head, history).state.to_dict()
-    return state
+    loaded = decode_session(head, history)
+    return record_dict(loaded.state, loaded.delivery)
 
 
 async def show_session(

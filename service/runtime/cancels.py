@@ -27,6 +27,7 @@ from service.runtime.bad_input import classify_refusal
 from service.runtime.control import CancelReach, ControlLedger, HeldAnswer, HeldAnswers
 from service.runtime.records import ParsedCommand, deleted_record, result_record
 from service.runtime.work import CommandWork, InputRecord, Outcome, OutRecord, StateWrite
+from service.sessions.delivery import Delivery
 from service.sessions.writer import SessionWriter
 from service.settings import TopicSettings
 from service.wire.commands import CancelCommand
@@ -54,7 +55,7 @@ class CancelDesk:
     later than an untargeted cancel's is covered by it (Kafka orders nothing across topics, and
     the producer's timestamp is the only publication order the two topics share). What a
     cancel covers is remembered in memory from the moment it is read, and durably from its
-    answer on: the session state committed with the cancel keeps its timestamp
+    answer on: the session's delivery records committed with the cancel keep its timestamp
     (``cancelled_before_ms``) and a target it answered ahead (as applied), so a covered command
     first read by a later owner, after the partition moved, is still answered ``cancelled``.
     The two topics do not even arrive in order within one fetch: a cancel can be queued ahead
@@ -275,7 +276,7 @@ class CancelDesk:
 
     def _applied(self, session_id: str, command_id: str) -> bool:
         stored = self._store.get(session_id)
-        return stored is not None and command_id in stored.state.applied_commands
+        return stored is not None and stored.delivery.answered(command_id)
 
     def _answered(self, session_id: str, cancel_id: str) -> bool:
         """Answered before: recorded in its session's state, or here for a session without."""
@@ -289,7 +290,7 @@ class CancelDesk:
         if targets is not None and command.command_id in targets:
             return True
         stored = self._store.get(session_id)
-        durable = stored.state.cancelled_before_ms if stored is not None else None
+        durable = stored.delivery.cancelled_before_ms if stored is not None else None
         covered = max(self._covers_until.get(session_id, -1), -1 if durable is None else durable)
         return work.record.timestamp_ms <= covered
 
@@ -307,15 +308,15 @@ class CancelDesk:
             if stored is not None
             else SessionState(session_id=session_id, agent=command.agent or "")
         )
+        delivery = stored.delivery if stored is not None else Delivery()
         inflight = state.inflight
         if inflight is not None and inflight.command_id == command.command_id:
             # It ran up to a boundary before a crash: close its turn as a cancel there would have.
-            result, state = resolve_cancel(state, None, command_id=command.command_id)
-            state.inflight_published_ms = None
+            result, state = resolve_cancel(state, None)
+            delivery = delivery.finished(command.command_id)
         else:
             result = _plain_cancelled(state)
-            state = state.snapshot()
-            state.mark_applied(command.command_id)
+            delivery = delivery.applying(command.command_id)
         logger.info(
             "session_id=<%s>, command_id=<%s> | command covered by a cancel, answered cancelled",
             session_id,
@@ -332,7 +333,7 @@ class CancelDesk:
             work.trace,
         )
         seq = stored.event_seq if stored is not None else 0
-        write = self._recorded(state, held, seq)
+        write = self._recorded(state, delivery, held, seq)
         if held:
             # Queued behind a cancel answered in this run of the queue: it goes out with that
             # cancel's answer, ahead of it.
@@ -361,18 +362,20 @@ class CancelDesk:
             reach = CancelReach(work.record.timestamp_ms, cancel.target_command_id)
         stored = self._store.get(session_id)
         state = stored.state if stored is not None else None
+        delivery = stored.delivery if stored is not None else Delivery()
         ahead: list[OutRecord] = []
         target = cancel.target_command_id
         if target is None:
             if state is None:
                 result = _plain_cancelled(SessionState(session_id=session_id))
             else:
-                result, state = self._resolve(state, work.record.timestamp_ms, cancel, reach)
+                result, state, delivery = self._resolve(
+                    state, delivery, work.record.timestamp_ms, cancel, reach
+                )
         else:
             self._forget_target(session_id, target)
             result = _plain_cancelled(state or SessionState(session_id=session_id))
-            state = state.snapshot() if state is not None else None
-            if state is None or target not in state.applied_commands:
+            if state is None or not delivery.answered(target):
                 # Not seen yet: answer it now; when it arrives it is a known, answered command
                 # (the one case where a cancel makes a state for a session that had none).
                 state = state if state is not None else SessionState(session_id=session_id)
@@ -382,14 +385,14 @@ class CancelDesk:
                     )
                 )
                 self._metrics.result(result.stop_reason)
-                state.mark_applied(target)
+                delivery = delivery.applying(target)
                 reach.skip(target)
         answer = HeldAnswer(work, cancel, result, reach)
         seq = stored.event_seq if stored is not None else 0
         write = (
             None
             if state is None
-            else self._recorded(state, [*self._held.of(session_id), answer], seq)
+            else self._recorded(state, delivery, [*self._held.of(session_id), answer], seq)
         )
         self._held.hold(session_id, origin, answer=answer, ahead=ahead, state=write)
         if state is None:
@@ -408,24 +411,28 @@ class CancelDesk:
         )
 
     def _resolve(
-        self, state: SessionState, timestamp_ms: int, cancel: CancelCommand, reach: CancelReach
-    ) -> tuple[AgentResult, SessionState]:
+        self,
+        state: SessionState,
+        delivery: Delivery,
+        timestamp_ms: int,
+        cancel: CancelCommand,
+        reach: CancelReach,
+    ) -> tuple[AgentResult, SessionState, Delivery]:
         """Resolve the session's pause, or close an invocation its owner left at a boundary."""
         inflight = state.inflight
-        published = state.inflight_published_ms
+        published = delivery.inflight_published_ms
         if inflight is not None and published is not None and published > timestamp_ms:
             # The in-flight command was published after the cancel (it started before the
             # cancel was read, then its owner died): its redelivery continues it, uncancelled.
-            return _plain_cancelled(state), state.snapshot()
+            return _plain_cancelled(state), state, delivery
         if inflight is not None:
             reach.stopped = reach.stopped or inflight.command_id
         elif state.interrupted:
             reach.resolved = "interrupt"
         elif state.pending is not None or state.checkpoint is not None:
             reach.resolved = "checkpoint"
-        result, state = resolve_cancel(state, cancel.message, command_id=cancel.command_id)
-        state.inflight_published_ms = None
-        return result, state
+        result, state = resolve_cancel(state, cancel.message)
+        return result, state, delivery.finished(cancel.command_id)
 
     def _forget_target(self, session_id: str, command_id: str) -> None:
         targets = self._targets.get(session_id)
@@ -435,16 +442,15 @@ class CancelDesk:
         if not targets:
             del self._targets[session_id]
 
-    def _recorded(self, state: SessionState, answers: list[HeldAnswer], seq: int) -> StateWrite:
-        """``state`` (a fresh copy of the session's) with every held cancel recorded, written."""
+    def _recorded(
+        self, state: SessionState, delivery: Delivery, answers: list[HeldAnswer], seq: int
+    ) -> StateWrite:
+        """``state`` written with every held cancel recorded in ``delivery``."""
         for answer in answers:
-            state.mark_applied(answer.cancel.command_id)
-            timestamp_ms = answer.work.record.timestamp_ms
-            # A record without a timestamp (-1) covers nothing by time once forgotten here.
-            if answer.cancel.target_command_id is None and timestamp_ms >= 0:
-                previous = state.cancelled_before_ms
-                state.cancelled_before_ms = max(timestamp_ms, -1 if previous is None else previous)
-        return self._writer.write(state, seq)
+            delivery = delivery.applying(answer.cancel.command_id)
+            if answer.cancel.target_command_id is None:
+                delivery = delivery.covering(answer.work.record.timestamp_ms)
+        return self._writer.write(state, seq, delivery)
 
 
 def _command_id(work: CommandWork) -> str | None:

@@ -44,6 +44,7 @@ from service.runtime.records import (
     result_record,
 )
 from service.runtime.work import CommandWork, Origin, Outcome, OutRecord
+from service.sessions.delivery import Delivery
 from service.sessions.store import StoredSession
 from service.sessions.writer import SessionWriter, StateTooLargeError
 from service.settings import TopicSettings
@@ -108,7 +109,7 @@ class Invoker:
         origin = work.record.origin
         stored = self._store.get(work.session_id)
         command_id = _command_id(work)
-        if stored is not None and command_id and command_id in stored.state.applied_commands:
+        if stored is not None and command_id and stored.delivery.answered(command_id):
             # Refusals are remembered too, so a re-read or re-published refused command is not
             # answered a second time.
             logger.info(
@@ -211,8 +212,15 @@ class Invoker:
                     }
                     seq = self._event(run, command, seq, "checkpoint_reached", data)
                     # A cancel read later, by another owner, must know whether it covers this.
-                    event.state.inflight_published_ms = work.record.timestamp_ms
-                    outcome = self._commit_state(run, event.state, seq, finished=None, result=None)
+                    delivery = self._delivery(command.session_id)
+                    outcome = self._commit_state(
+                        run,
+                        event.state,
+                        delivery.started(work.record.timestamp_ms),
+                        seq,
+                        finished=None,
+                        result=None,
+                    )
                     now = time.perf_counter()
                     observe_step(now - step_started)
                     step_started = now
@@ -225,11 +233,14 @@ class Invoker:
                     if self._stopping():
                         raise _AbandonedError
                 elif isinstance(event, Stopped):
-                    state = event.state
-                    state.mark_applied(command.command_id)
-                    state.inflight_published_ms = None
+                    delivery = self._delivery(command.session_id)
                     self._commit_state(
-                        run, state, seq, finished=work.record.origin, result=event.result
+                        run,
+                        event.state,
+                        delivery.finished(command.command_id),
+                        seq,
+                        finished=work.record.origin,
+                        result=event.result,
                     )
                     observe_step(time.perf_counter() - step_started)
                     return
@@ -244,6 +255,7 @@ class Invoker:
         self,
         run: _Run,
         state: SessionState,
+        delivery: Delivery,
         seq: int,
         *,
         finished: Origin | None,
@@ -268,7 +280,7 @@ class Invoker:
             outcome.results = 1
         # Checked before the state is written: a write the committer never gets would leave
         # the store ahead of the changelog.
-        outcome.state = self._writer.write(state, seq)
+        outcome.state = self._writer.write(state, seq, delivery)
         if result is not None:
             self._count_result(run.work.command.type, result)
         outcome.records[:0] = run.events
@@ -278,6 +290,12 @@ class Invoker:
         run.stored = stored
         self._submit(outcome)
         return outcome
+
+    def _delivery(self, session_id: str) -> Delivery:
+        """The session's delivery records as last written (a cancel may have added to them
+        since the invocation started)."""
+        latest = self._store.get(session_id)
+        return latest.delivery if latest is not None else Delivery()
 
     def _fallback(
         self, work: CommandWork, before: StoredSession
@@ -424,9 +442,8 @@ class Invoker:
             event_seq = max(stored.event_seq, seq or 0)
             state = stored.state.snapshot()
             state.inflight = None
-            state.inflight_published_ms = None
-            state.mark_applied(command_id)
-            outcome.state = self._writer.write(state, event_seq)
+            delivery = self._delivery(work.session_id).finished(command_id)
+            outcome.state = self._writer.write(state, event_seq, delivery)
             outcome.replay_unsafe = False
         return outcome
 

@@ -317,7 +317,7 @@ class PartitionOwner:
                 stored = store.get(session_id)
                 if stored is None or not stored.durable:
                     continue
-                applied = stored.state.applied_commands
+                applied = stored.delivery.applied
                 write = writer.delete(session_id)
                 idle_s = (now_ms - written_ms) / 1000
                 event = event_record(

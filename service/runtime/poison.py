@@ -129,9 +129,7 @@ class PoisonGuard:
         command_id = _command_id(work)
         stored = self._store.get(work.session_id)
         return (
-            stored is not None
-            and command_id is not None
-            and (command_id in stored.state.applied_commands)
+            stored is not None and command_id is not None and stored.delivery.answered(command_id)
         )
 
     def _error_result(
@@ -151,13 +149,13 @@ class PoisonGuard:
             records=[record], finished=[work.record.origin], results=1, replay_unsafe=True
         )
         if stored is not None and command_id:
-            state = stored.state.snapshot()
+            state = stored.state
             if state.inflight is not None and state.inflight.command_id == command_id:
                 # Its turn ends here: a later command must not continue from its boundary.
+                state = state.snapshot()
                 state.inflight = None
-                state.inflight_published_ms = None
-            state.mark_applied(command_id)
-            outcome.state = self._writer.write(state, stored.event_seq)
+            delivery = stored.delivery.finished(command_id)
+            outcome.state = self._writer.write(state, stored.event_seq, delivery)
             outcome.replay_unsafe = False
         return outcome
 

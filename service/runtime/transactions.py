@@ -130,7 +130,8 @@ def vouched(
         if stored is None:
             continue
         if record.topic == results_topic:
-            done = body.get("command_id") in stored.state.applied_commands
+            command_id = body.get("command_id")
+            done = isinstance(command_id, str) and stored.delivery.answered(command_id)
         elif record.topic == events_topic:
             seq = body.get("seq")
             done = isinstance(seq, int) and seq <= stored.event_seq

@@ -1,10 +1,13 @@
 """Session state to bytes and back: orjson, zlib-compressed when large, versioned.
 
-Two forms. The whole state in one value (:func:`encode_state`, what version 1 wrote on the
-changelog and what tools and golden files hold), and the form the changelog holds since version
-2: a head record (the state without its messages, with a ``history`` index instead) plus history
-records (:mod:`service.sessions.history`), which :func:`decode_session` joins again.
-``decode_state(encode_state(s)) == s`` for every state; older versions are upcast on decode.
+A record holds the engine's state and the runtime's delivery records
+(:mod:`service.sessions.delivery`) side by side. Two forms. The whole session in one value
+(:func:`encode_state`, what version 1 wrote on the changelog and what tools and golden files
+hold), and the form the changelog holds since version 2: a head record (the session without its
+messages and applied command ids, with a ``history`` index instead) plus history records
+(:mod:`service.sessions.history`), which :func:`decode_session` joins again.
+``decode_record(encode_state(s, d)) == (s, d)`` for every session; older versions are upcast on
+decode.
 The first byte tells the format: ``{`` plain JSON, ``z`` zlib-compressed JSON.
 """
 
@@ -20,16 +23,19 @@ import orjson
 from service.agent.state import SessionState
 from service.agent.types import ContentBlock, Message
 from service.sessions import history
+from service.sessions.delivery import Delivery
 from service.sessions.upcasters import StateVersionError, upcast
 
 __all__ = [
     "Loaded",
     "StateDecodeError",
     "StateVersionError",
+    "decode_record",
     "decode_session",
     "decode_state",
     "encode_head",
     "encode_state",
+    "record_dict",
 ]
 
 COMPRESS_ABOVE = 2048
@@ -42,29 +48,47 @@ class StateDecodeError(ValueError):
     """The bytes are not a session state this build can read."""
 
 
-def encode_state(state: SessionState, *, compress_above: int = COMPRESS_ABOVE) -> bytes:
-    raw = orjson.dumps(state.to_dict())
+def record_dict(state: SessionState, delivery: Delivery | None = None) -> dict[str, Any]:
+    """The session as one record (the shape of the ``session_state`` schema)."""
+    return state.to_dict() | (delivery or Delivery()).record_fields()
+
+
+def encode_state(
+    state: SessionState, delivery: Delivery | None = None, *, compress_above: int = COMPRESS_ABOVE
+) -> bytes:
+    raw = orjson.dumps(record_dict(state, delivery))
     if len(raw) > compress_above:
         return _ZLIB + zlib.compress(raw, _LEVEL)
     return raw
 
 
-def decode_state(data: bytes) -> SessionState:
-    """A state written whole (by :func:`encode_state`, or by version 1 on the changelog)."""
+def decode_record(data: bytes) -> tuple[SessionState, Delivery]:
+    """A session written whole (by :func:`encode_state`, or by version 1 on the changelog)."""
     loaded = _head_dict(data)
     if "history" in loaded:
         raise StateDecodeError("session state is a head record: its history records are needed")
-    return _state(loaded)
+    state = _state(loaded)
+    return state, _delivery(upcast(loaded))
+
+
+def decode_state(data: bytes) -> SessionState:
+    """The engine's state of a session written whole."""
+    return decode_record(data)[0]
 
 
 def encode_head(
-    state: SessionState, *, results: list[str], assistant_at: int | None, applied: int
+    state: SessionState,
+    delivery: Delivery,
+    *,
+    results: list[str],
+    assistant_at: int | None,
+    applied: int,
 ) -> tuple[bytes, int]:
-    """The head record of ``state`` and its JSON length: everything but the messages (in history
-    records) and the applied command ids (``applied`` of them ever, the newest in their slots),
-    the open batch's results named by toolUseId (stored in result slots, in order), its
+    """The head record of the session and its JSON length: everything but the messages (in
+    history records) and the applied command ids (``applied`` of them ever, the newest in their
+    slots), the open batch's results named by toolUseId (stored in result slots, in order), its
     assistant message by index when it is message ``assistant_at`` of the history."""
-    data = state.to_dict()
+    data = record_dict(state, delivery)
     data["messages"] = None
     data["applied_commands"] = None
     data["history"] = {"messages": len(state.messages), "applied": applied}
@@ -82,6 +106,7 @@ class Loaded:
     """A session read back from its records, with what of it the history records hold."""
 
     state: SessionState
+    delivery: Delivery
     history: list[Message]
     """The messages stored in history records (none for a state written whole)."""
     applied: list[str]
@@ -101,7 +126,7 @@ def decode_session(head: bytes, records: Mapping[bytes, bytes]) -> Loaded:
     index = loaded.pop("history", None)
     if index is None:
         state = _state(loaded)
-        return Loaded(state, [], [], 0, [], [], len(head))
+        return Loaded(state, _delivery(loaded), [], [], 0, [], [], len(head))
     session_id = loaded.get("session_id")
     if not isinstance(session_id, str) or not isinstance(index, dict):
         raise StateDecodeError("session head is malformed: no session_id or history index")
@@ -138,7 +163,14 @@ def decode_session(head: bytes, records: Mapping[bytes, bytes]) -> Loaded:
     loaded["messages"] = messages
     state = _state(loaded)
     return Loaded(
-        state, list(state.messages), list(applied), applied_count, results, sizes[:count], len(head)
+        state,
+        _delivery(loaded),
+        list(state.messages),
+        list(applied),
+        applied_count,
+        results,
+        sizes[:count],
+        len(head),
     )
 
 
@@ -163,3 +195,10 @@ def _state(loaded: dict[str, Any]) -> SessionState:
         raise
     except (KeyError, TypeError, ValueError) as exc:
         raise StateDecodeError(f"session state is malformed: {exc}") from exc
+
+
+def _delivery(loaded: dict[str, Any]) -> Delivery:
+    try:
+        return Delivery.from_record(loaded)
+    except (TypeError, ValueError) as exc:
+        raise StateDecodeError(f"session delivery records are malformed: {exc}") from exc

@@ -25,12 +25,14 @@ from typing import Any
 
 import orjson
 
+from service.sessions.delivery import APPLIED_KEPT
+
 SEPARATOR = b"\x00"
 MESSAGE = b"m"
 RESULT = b"r"
 APPLIED = b"a"
-APPLIED_SLOTS = 256
-"""Command ids kept for de-duplication (``APPLIED_COMMANDS_KEPT`` of the session state)."""
+APPLIED_SLOTS = APPLIED_KEPT
+"""One slot for each applied command id a session keeps."""
 _SPLIT = b"s"
 _ZLIB = b"z"
 _PART = b"."

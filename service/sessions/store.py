@@ -17,6 +17,7 @@ from service.agent.state import SessionState
 from service.agent.types import ContentBlock, Message
 from service.sessions import history
 from service.sessions.codec import decode_session
+from service.sessions.delivery import Delivery
 from service.sessions.table import MemoryTable, Row, Table
 
 EVENT_SEQ_HEADER = "cairn-event-seq"
@@ -28,10 +29,12 @@ CACHE_MAX_BYTES = 128 * 1024 * 1024
 
 @dataclass(slots=True)
 class StoredSession:
-    """A session as the store knows it: its state and the last event sequence number used."""
+    """A session as the store knows it: its state, its delivery records and the last event
+    sequence number used."""
 
     state: SessionState
     event_seq: int = 0
+    delivery: Delivery = field(default_factory=Delivery)
     history: list[Message] = field(default_factory=list)
     """The messages as stored in history records, by reference: a write stores only those of
     ``state.messages`` that are not these very objects. Never changed in place (the engine
@@ -101,6 +104,7 @@ class SessionStore:
         stored = StoredSession(
             state=loaded.state,
             event_seq=seq,
+            delivery=loaded.delivery,
             history=loaded.history,
             applied=loaded.applied,
             applied_count=loaded.applied_count,

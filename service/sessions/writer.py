@@ -17,6 +17,7 @@ from service.agent.state import SessionState
 from service.agent.types import ContentBlock, Message
 from service.sessions import history
 from service.sessions.codec import encode_head
+from service.sessions.delivery import Delivery
 from service.sessions.store import SessionStore, StoredSession
 
 RECORD_OVERHEAD = 4096
@@ -60,10 +61,15 @@ class SessionWriter:
         self._record_max = record_max_bytes
         self._part_max = max(1024, record_max_bytes - RECORD_OVERHEAD)
 
-    def write(self, state: SessionState, event_seq: int) -> StateWrite:
-        """Store ``state`` as the session's latest and return the records that write it."""
+    def write(
+        self, state: SessionState, event_seq: int, delivery: Delivery | None = None
+    ) -> StateWrite:
+        """Store ``state`` and ``delivery`` (unchanged when not given) as the session's latest
+        and return the records that write them."""
         session_id = state.session_id
         before = self.store.get(session_id)
+        if delivery is None:
+            delivery = before.delivery if before is not None else Delivery()
         old = before.history if before is not None else []
         new = state.messages
         keep = _common_prefix(old, new)
@@ -76,13 +82,14 @@ class SessionWriter:
                 history.split(history.message_key(session_id, index), body, self._part_max)
             )
         results, written = self._results(state, before, records)
-        applied, applied_count = self._applied(state, before, records)
+        applied, applied_count = self._applied(session_id, delivery, before, records)
         pending = state.pending
         assistant_at = None
         if pending is not None and new and pending.assistant_message is new[-1]:
             assistant_at = len(new) - 1
         head, head_size = encode_head(
             state,
+            delivery,
             results=[tool_use_id for tool_use_id, _ in results],
             assistant_at=assistant_at,
             applied=applied_count,
@@ -99,6 +106,7 @@ class SessionWriter:
         stored = StoredSession(
             state=state,
             event_seq=event_seq,
+            delivery=delivery,
             history=new,
             applied=applied,
             applied_count=applied_count,
@@ -118,17 +126,17 @@ class SessionWriter:
 
     def _applied(
         self,
-        state: SessionState,
+        session_id: str,
+        delivery: Delivery,
         before: StoredSession | None,
         records: list[tuple[bytes, bytes | None]],
     ) -> tuple[list[str], int]:
         """The applied command ids as stored after this write, and how many the session ever
         applied; writes the slots of the ids added since the previous write (all of them, and
         tombstones for slots left over, when the list changed otherwise)."""
-        session_id = state.session_id
         old = before.applied if before is not None else []
         count = before.applied_count if before is not None else 0
-        new = list(state.applied_commands)
+        new = list(delivery.applied)
         known = set(old)
         kept = len(new)
         while kept > 0 and new[kept - 1] not in known:

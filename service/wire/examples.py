@@ -14,6 +14,8 @@ from pydantic import BaseModel
 from service.agent.interrupts import tool_call_id
 from service.agent.state import PendingBatch, SessionState
 from service.agent.types import AgentResult, Checkpoint, ErrorInfo, Interrupt, Usage
+from service.sessions.codec import record_dict
+from service.sessions.delivery import Delivery
 from service.wire.codec import encode
 from service.wire.commands import (
     CancelCommand,
@@ -445,7 +447,6 @@ def paused_state() -> SessionState:
         pending=PendingBatch(assistant_message=LOOKUP_MESSAGE),
         turn_metrics=_metrics(1, {}, 1)["turn"],
         turn_started_at=1767225600.0,
-        applied_commands=["cmd-0001"],
         turn_checkpointing=True,
     )
 
@@ -469,9 +470,11 @@ def interrupted_state() -> SessionState:
         ),
         turn_metrics=_metrics(2, {"lookup_order": 1, "issue_refund": 1}, 4)["turn"],
         turn_started_at=1767225600.0,
-        applied_commands=["cmd-0001", "cmd-0002", "cmd-0003", "cmd-0004"],
         turn_checkpointing=True,
     )
+
+
+APPLIED_FOUR = ("cmd-0001", "cmd-0002", "cmd-0003", "cmd-0004")
 
 
 def _others() -> dict[str, tuple[str, Any]]:
@@ -489,11 +492,15 @@ def _others() -> dict[str, tuple[str, Any]]:
         ),
         "session_state/paused-checkpoint": (
             "session_state",
-            SessionStateRecord.model_validate(paused_state().to_dict()),
+            SessionStateRecord.model_validate(
+                record_dict(paused_state(), Delivery(applied=("cmd-0001",)))
+            ),
         ),
         "session_state/pending-interrupt": (
             "session_state",
-            SessionStateRecord.model_validate(interrupted_state().to_dict()),
+            SessionStateRecord.model_validate(
+                record_dict(interrupted_state(), Delivery(applied=APPLIED_FOUR))
+            ),
         ),
     }
 

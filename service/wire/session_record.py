@@ -1,4 +1,4 @@
-"""The session-state record of the compacted sessions topic, as ``SessionState.to_dict`` writes it.
+"""The session-state record of the compacted sessions topic, as ``codec.record_dict`` writes it.
 
 This model is the published contract of that JSON; the bytes on the topic are produced and
 upcast by :mod:`service.sessions.codec`, which stays the only reader Cairn uses at run time.
@@ -43,7 +43,9 @@ class TurnLimits(PartModel):
 
 
 class SessionStateRecord(OutboundModel):
-    """Everything a fresh process needs to continue a session exactly.
+    """Everything a fresh process needs to continue a session exactly: the engine's state and,
+    beside it, the runtime's delivery records (``applied_commands``, ``cancelled_before_ms``,
+    ``inflight_published_ms``).
 
     Unknown fields are refused: the state has one writer, and an older layout is upcast by
     the sessions codec before it is read, never read loosely.
@@ -78,7 +80,7 @@ class SessionStateRecord(OutboundModel):
 
     @model_serializer(mode="wrap")
     def _omit_unset_optionals(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Written only when set, as SessionState.to_dict does, so older layouts stay exact.
+        # Written only when set, as Delivery.record_fields does, so older layouts stay exact.
         data: dict[str, Any] = handler(self)
         for key in ("cancelled_before_ms", "inflight_published_ms"):
             if data.get(key) is None:

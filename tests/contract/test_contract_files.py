@@ -14,7 +14,7 @@ import orjson
 import pytest
 from jsonschema import Draft202012Validator
 
-from service.sessions.codec import decode_state, encode_state
+from service.sessions.codec import decode_record, encode_state, record_dict
 from service.wire.codec import decode_command, decode_control, decode_event, decode_result, encode
 from service.wire.dlq import read_dlq_headers
 from service.wire.errors import ERROR_CODES, WireError
@@ -74,8 +74,8 @@ def _headers_round_trip(value: bytes) -> Any:
 
 def _state_round_trip(value: bytes) -> Any:
     record = SessionStateRecord.model_validate(orjson.loads(value))
-    state = decode_state(encode_state(decode_state(value)))
-    assert state.to_dict() == record.model_dump()
+    session = decode_record(encode_state(*decode_record(value)))
+    assert record_dict(*session) == record.model_dump()
     return orjson.loads(encode(record))
 
 

@@ -16,7 +16,7 @@ import pytest
 from service.agent.errors import CheckpointStaleError
 from service.agent.state import SESSION_STATE_VERSION
 from service.agent.types import Checkpoint
-from service.sessions.codec import decode_state, encode_state
+from service.sessions.codec import decode_record, decode_state, encode_state, record_dict
 from service.sessions.history import pack
 from service.sessions.store import SessionStore
 from service.wire.session_record import SessionStateRecord
@@ -35,14 +35,15 @@ def test_goldens_exist_for_the_current_version_with_both_kinds_of_pause() -> Non
 @pytest.mark.parametrize("path", GOLDENS, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_golden_loads_plain_and_compressed(path: Path) -> None:
     raw = path.read_bytes()
-    state = decode_state(raw)
-    assert decode_state(b"z" + zlib.compress(raw)) == state
-    assert decode_state(encode_state(state)) == state
+    state, delivery = decode_record(raw)
+    assert decode_record(b"z" + zlib.compress(raw)) == (state, delivery)
+    assert decode_record(encode_state(state, delivery)) == (state, delivery)
     assert state.schema_version == SESSION_STATE_VERSION
+    assert delivery.applied, "every golden session answered commands"
     if path.parent.name == f"v{SESSION_STATE_VERSION}":
         data = orjson.loads(raw)
         assert SessionStateRecord.model_validate(data).model_dump() == data
-        assert state.to_dict() == data
+        assert record_dict(state, delivery) == data
 
 
 @pytest.mark.parametrize("path", GOLDENS, ids=lambda p: f"{p.parent.name}/{p.stem}")
@@ -104,4 +105,5 @@ def test_changelog_golden_loads_as_the_same_state_written_whole(path: Path) -> N
     stored = _from_changelog(path).get(SESSION)
     assert stored is not None
     version = path.parent.name.removeprefix("changelog-")
-    assert stored.state == decode_state((SESSIONS / version / path.name).read_bytes())
+    whole = decode_record((SESSIONS / version / path.name).read_bytes())
+    assert (stored.state, stored.delivery) == whole

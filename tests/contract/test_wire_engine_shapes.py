@@ -13,6 +13,8 @@ from pydantic import ValidationError
 from service.agent import errors as engine_errors
 from service.agent.state import SessionState
 from service.agent.types import AgentResult, Checkpoint, ErrorInfo, Interrupt
+from service.sessions.codec import record_dict
+from service.sessions.delivery import Delivery
 from service.wire.codec import decode_event, decode_result, encode_event, encode_result
 from service.wire.errors import ERROR_CODES, WireError
 from service.wire.events import EVENT_TYPES
@@ -98,7 +100,8 @@ def test_every_engine_result_and_state_satisfies_the_published_schemas(
         errors = list(results.iter_errors(orjson.loads(encode_result(record))))
         assert not errors, errors[0].message
     for state in scenario[1]:
-        errors = list(states.iter_errors(orjson.loads(orjson.dumps(state.to_dict()))))
+        stored = orjson.loads(orjson.dumps(record_dict(state, Delivery(applied=("c1",)))))
+        errors = list(states.iter_errors(stored))
         assert not errors, errors[0].message
 
 
@@ -172,8 +175,9 @@ def test_a_deletes_result_carries_its_report_and_nothing_else() -> None:
 def test_every_engine_state_matches_the_session_record(
     scenario: tuple[list[AgentResult], list[SessionState]],
 ) -> None:
+    delivery = Delivery(applied=("c1",), cancelled_before_ms=5)
     for state in scenario[1]:
-        data = orjson.loads(orjson.dumps(state.to_dict()))
+        data = orjson.loads(orjson.dumps(record_dict(state, delivery)))
         assert SessionStateRecord.model_validate(data).model_dump() == data
 
 

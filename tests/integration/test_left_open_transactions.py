@@ -22,7 +22,7 @@ from tests.support.runtime_harness import (
     Client,
     Cluster,
     invoke,
-    last_session_state,
+    last_stored_session,
     services,
     unique,
 )
@@ -74,17 +74,17 @@ async def test_open_results_are_published_when_the_state_vouches_for_them(
 
         # A step that was committed, whose result lost its marker: the state lists it as
         # applied. And a result of a step that never committed: the state does not.
-        state, seq = await last_session_state(cluster, session)
-        state.mark_applied(answered)
+        stored = await last_stored_session(cluster, session)
+        delivery = stored.delivery.applying(answered)
         producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
         await producer.start()
         try:
             await producer.send_and_wait(
                 cluster.topics.sessions,
-                encode_state(state),
+                encode_state(stored.state, delivery),
                 key=session.encode(),
                 partition=0,
-                headers=[event_seq_header(seq)],
+                headers=[event_seq_header(stored.event_seq)],
             )
         finally:
             await producer.stop()

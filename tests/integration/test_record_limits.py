@@ -24,7 +24,7 @@ from tests.support.runtime_harness import (
     Client,
     Cluster,
     invoke,
-    last_session_state,
+    last_stored_session,
     services,
     unique,
     wait_for,
@@ -173,9 +173,9 @@ async def test_an_output_the_broker_refuses_is_answered_small_and_the_partition_
             assert after["stop_reason"] == "end_turn"
             # The refused command left only its mark in the session, so the next turn's history
             # holds that turn alone and a re-read of the refused command is not run again.
-            state, _ = await last_session_state(cluster, session)
-            assert len(state.messages) == 2
-            assert refused["command_id"] in state.applied_commands
+            stored = await last_stored_session(cluster, session)
+            assert len(stored.state.messages) == 2
+            assert stored.delivery.answered(refused["command_id"])
 
             await wait_for(lambda: bool(client.dead_letters), 30, "dead letter", alive=proc)
             await client.caught_up()

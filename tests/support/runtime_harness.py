@@ -28,7 +28,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from service.agent.state import SessionState
 from service.runtime.topics import create_topics
-from service.sessions.store import SessionStore
+from service.sessions.store import SessionStore, StoredSession
 from service.settings import KafkaSettings, TopicSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -144,6 +144,12 @@ async def committed_records(bootstrap: str, topic: str, partitions: int) -> list
 
 async def last_session_state(cluster: Cluster, session_id: str) -> tuple[SessionState, int]:
     """The session's committed state and the event seq its record carries."""
+    stored = await last_stored_session(cluster, session_id)
+    return stored.state, stored.event_seq
+
+
+async def last_stored_session(cluster: Cluster, session_id: str) -> StoredSession:
+    """The session as committed on the changelog (state, delivery records, event seq)."""
     records = await committed_records(
         cluster.bootstrap, cluster.topics.sessions, cluster.partitions
     )
@@ -152,7 +158,7 @@ async def last_session_state(cluster: Cluster, session_id: str) -> tuple[Session
         store.load(record.key, record.value, list(record.headers))
     stored = store.get(session_id)
     assert stored is not None, f"no committed state of {session_id}"
-    return stored.state, stored.event_seq
+    return stored
 
 
 async def create_topics_raw(bootstrap: str, counts: dict[str, int]) -> None:

@@ -21,7 +21,7 @@ ROOT = HERE.parents[2]
 
 def comparable(state: SessionState) -> dict[str, Any]:
     data = state.to_dict()
-    for key in ("turn_metrics", "turn_started_at", "applied_commands"):
+    for key in ("turn_metrics", "turn_started_at"):
         data.pop(key)
     return data
 

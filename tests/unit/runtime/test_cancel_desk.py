@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -16,6 +17,7 @@ from service.runtime.cancels import CancelDesk
 from service.runtime.records import ParsedCommand
 from service.runtime.session_queue import SessionQueues
 from service.runtime.work import CommandWork, InputRecord, Origin, Outcome, OutRecord
+from service.sessions.delivery import Delivery
 from service.sessions.store import SessionStore, StoredSession
 from service.settings import TopicSettings
 from service.wire.codec import decode_command
@@ -96,7 +98,7 @@ async def test_a_cancel_covers_commands_published_up_to_its_timestamp() -> None:
     assert t.ran == ["later"]
     assert t.answered() == [("early", "cancelled"), ("same", "cancelled")]
     stored = t.store.get("s")
-    assert stored is not None and {"early", "same"} <= set(stored.state.applied_commands)
+    assert stored is not None and {"early", "same"} <= set(stored.delivery.applied)
 
 
 async def test_a_running_invocation_is_signalled_only_when_covered() -> None:
@@ -133,7 +135,7 @@ async def test_a_target_not_seen_yet_is_answered_ahead_and_once() -> None:
     assert t.ran == ["t"]
     assert len(t.answered()) == 2
     stored = t.store.get("s")
-    assert stored is not None and "t" in stored.state.applied_commands
+    assert stored is not None and stored.delivery.answered("t")
 
 
 async def test_a_repeated_cancel_is_answered_once() -> None:
@@ -216,18 +218,18 @@ async def test_an_answered_cancel_covers_older_commands_first_read_by_the_next_o
 
 async def test_a_cancel_leaves_the_inflight_marker_of_a_command_published_after_it() -> None:
     inflight = Inflight("later", "after_model", 0)
-    state = SessionState(session_id="s", agent="a", inflight=inflight, inflight_published_ms=300)
+    state = SessionState(session_id="s", agent="a", inflight=inflight)
     store = SessionStore()
-    store.put("s", StoredSession(state))
+    store.put("s", StoredSession(state, delivery=Delivery(inflight_published_ms=300)))
     t = _Desk(store)
     await t.run(t.desk.read(*_cancel(0, ts=200)))
     stored = t.store.get("s")
     assert stored is not None and stored.state.inflight == inflight
-    assert stored.state.cancelled_before_ms == 200
+    assert stored.delivery.cancelled_before_ms == 200
     await t.run(_command("later", 1, ts=300))
     assert t.ran == ["later"]  # continues from its boundary, uncancelled
-    covered = SessionState(session_id="s", agent="a", inflight=inflight, inflight_published_ms=150)
-    store.put("s", StoredSession(covered))
+    covered = SessionState(session_id="s", agent="a", inflight=inflight)
+    store.put("s", StoredSession(covered, delivery=Delivery(inflight_published_ms=150)))
     t = _Desk(store)
     await t.run(t.desk.read(*_cancel(1, ts=200)))
     stored = t.store.get("s")
@@ -333,16 +335,16 @@ async def test_a_cancel_read_ahead_of_commands_it_covers_is_answered_after_them(
         "resolved": None,
     }
     stored = t.store.get("s")
-    assert stored is not None and {"early", "same", "x0"} <= set(stored.state.applied_commands)
-    assert stored.state.cancelled_before_ms == 100
+    assert stored is not None and {"early", "same", "x0"} <= set(stored.delivery.applied)
+    assert stored.delivery.cancelled_before_ms == 100
 
 
 async def test_a_cancel_read_ahead_of_an_invocation_it_stopped_at_a_takeover() -> None:
     # The previous owner left "c" at a boundary; the next one reads the cancel, then "c".
     inflight = Inflight("c", "after_model", 0)
-    state = SessionState(session_id="s", agent="a", inflight=inflight, inflight_published_ms=90)
+    state = SessionState(session_id="s", agent="a", inflight=inflight)
     store = SessionStore()
-    store.put("s", StoredSession(state))
+    store.put("s", StoredSession(state, delivery=Delivery(inflight_published_ms=90)))
     t = _Desk(store)
     await _route_as_one_fetch(t, t.desk.read(*_cancel(0, ts=100)), _command("c", 1, ts=90))
     assert t.answered() == [("c", "cancelled"), ("x0", "cancelled")]
@@ -431,8 +433,8 @@ async def test_a_cancel_of_an_unknown_session_is_recorded_once_it_covers_a_comma
     (outcome,) = t.outcomes
     assert outcome.state is not None and not outcome.replay_unsafe
     stored = t.store.get("s")
-    assert stored is not None and {"early", "x0"} <= set(stored.state.applied_commands)
-    assert stored.state.cancelled_before_ms == 100
+    assert stored is not None and {"early", "x0"} <= set(stored.delivery.applied)
+    assert stored.delivery.cancelled_before_ms == 100
     assert _results(t)["x0"]["cancel"]["skipped"] == ["early"]
 
 
@@ -460,10 +462,10 @@ async def test_a_targeted_cancel_names_its_target() -> None:
     assert _results(t)["x0"]["cancel"] == {"stopped": None, "skipped": ["t"], "resolved": None}
     # The target answered ahead is a command of the session: its answer must be recognised.
     stored = t.store.get("s")
-    assert stored is not None and {"t", "x0"} <= set(stored.state.applied_commands)
+    assert stored is not None and {"t", "x0"} <= set(stored.delivery.applied)
     t = _Desk(_idle())
     stored = t.store.get("s")
     assert stored is not None
-    stored.state.mark_applied("done")
+    t.store.put("s", replace(stored, delivery=stored.delivery.applying("done")))
     await t.run(t.desk.read(*_cancel(0, ts=100, target_command_id="done")))
     assert _results(t)["x0"]["cancel"] == {"stopped": None, "skipped": [], "resolved": None}

@@ -17,6 +17,7 @@ from service.runtime.transactions import (
     vouched,
 )
 from service.runtime.work import OutRecord
+from service.sessions.delivery import Delivery
 from service.sessions.store import SessionStore, StoredSession
 
 SESSIONS = TopicPartition("t.sessions", 3)
@@ -140,8 +141,7 @@ async def test_a_gap_our_abort_cannot_end_stops_the_owner() -> None:
 def test_only_what_the_committed_state_records_is_published_again() -> None:
     store = SessionStore()
     state = SessionState(session_id="s1", agent="a")
-    state.mark_applied("done")
-    store.put("s1", StoredSession(state, event_seq=7))
+    store.put("s1", StoredSession(state, event_seq=7, delivery=Delivery(applied=("done",))))
 
     def result(session: str, command: str) -> OutRecord:
         body = {"type": "agent_result", "session_id": session, "command_id": command}

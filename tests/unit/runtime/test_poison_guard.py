@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import orjson
 import pytest
 
@@ -10,6 +12,7 @@ from service.runtime.committer import CommitFailedError
 from service.runtime.poison import PoisonGuard
 from service.runtime.records import ParsedCommand
 from service.runtime.work import CommandWork, InputRecord, Origin, Outcome
+from service.sessions.delivery import Delivery
 from service.sessions.store import SessionStore, StoredSession
 from service.settings import TopicSettings
 from tests.support.session_records import restored, writer_for
@@ -26,10 +29,10 @@ def _work(command_id: str = "c", offset: int = 3) -> CommandWork:
 
 
 class _Guarded:
-    def __init__(self, state: SessionState | None = None) -> None:
+    def __init__(self, state: SessionState | None = None, delivery: Delivery | None = None) -> None:
         self.store = SessionStore()
         if state is not None:
-            self.store.put("s", StoredSession(state, 4))
+            self.store.put("s", StoredSession(state, 4, delivery or Delivery()))
         self.outcomes: list[Outcome] = []
         self.guard = PoisonGuard(
             writer=writer_for(self.store), submit=self.outcomes.append, topics=TOPICS
@@ -54,8 +57,7 @@ async def test_an_unexpected_failure_is_answered_internal_with_its_offset_and_st
     assert outcome.state is not None
     stored = restored([outcome]).get("s")
     assert stored is not None
-    state = stored.state
-    assert state.inflight is None and "c" in state.applied_commands
+    assert stored.state.inflight is None and stored.delivery.answered("c")
     assert outcome.state.event_seq == 4
 
 
@@ -65,7 +67,7 @@ async def test_a_failure_after_the_answer_adds_nothing() -> None:
     async def answers_then_fails(work: CommandWork) -> None:
         stored = t.store.get("s")
         assert stored is not None
-        stored.state.mark_applied("c")
+        t.store.put("s", replace(stored, delivery=stored.delivery.applying("c")))
         t.outcomes.append(Outcome(finished=[work.record.origin], results=1))
         raise RuntimeError("late")
 
@@ -74,9 +76,7 @@ async def test_a_failure_after_the_answer_adds_nothing() -> None:
 
 
 async def test_a_failing_redelivery_of_an_answered_command_only_finishes_its_offset() -> None:
-    state = SessionState(session_id="s", agent="a")
-    state.mark_applied("c")
-    t = _Guarded(state)
+    t = _Guarded(SessionState(session_id="s", agent="a"), Delivery(applied=("c",)))
 
     async def broken(work: CommandWork) -> None:
         raise RuntimeError("again")

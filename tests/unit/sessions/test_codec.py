@@ -10,7 +10,8 @@ import pytest
 
 from service.agent.state import SESSION_STATE_VERSION, Inflight, PendingBatch, SessionState
 from service.agent.types import Checkpoint, Interrupt
-from service.sessions.codec import StateDecodeError, decode_state, encode_state
+from service.sessions.codec import StateDecodeError, decode_record, decode_state, encode_state
+from service.sessions.delivery import Delivery
 from service.sessions.upcasters import StateVersionError, upcast
 
 
@@ -34,7 +35,6 @@ def full_state() -> SessionState:
         inflight=Inflight("cmd-1", "after_model", 2, False),
         turn_metrics={"invocations": 2, "cycles": 3, "duration_ms": 1.25},
         turn_started_at=1700000000.123456,
-        applied_commands=["a", "b"],
         turn_checkpointing=True,
         turn_limits={"max_cycles": 4, "max_tokens": None, "deadline_s": 1.5},
     )
@@ -45,6 +45,21 @@ def test_round_trip_is_lossless() -> None:
     assert decode_state(encode_state(state)) == state
     empty = SessionState(session_id="e")
     assert decode_state(encode_state(empty)) == empty
+
+
+def test_delivery_records_travel_beside_the_state_and_stay_out_of_it() -> None:
+    state = full_state()
+    delivery = Delivery(("a", "b"), cancelled_before_ms=100, inflight_published_ms=90)
+    data = encode_state(state, delivery)
+    assert decode_record(data) == (state, delivery)
+    assert decode_state(data) == state
+    assert "applied_commands" not in state.to_dict()
+    assert decode_record(encode_state(state)) == (state, Delivery())
+    record = orjson.loads(encode_state(state, Delivery(), compress_above=1 << 30))
+    assert record["applied_commands"] == []
+    assert "cancelled_before_ms" not in record and "inflight_published_ms" not in record
+    with pytest.raises(StateDecodeError, match="delivery"):
+        decode_record(orjson.dumps(record | {"applied_commands": 5}))
 
 
 def test_small_states_are_plain_json_and_large_ones_compressed() -> None:

@@ -5,12 +5,14 @@ history that is not there."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.agent.state import PendingBatch, SessionState
+from service.sessions.delivery import Delivery
 from service.sessions.store import SessionStore
 from service.sessions.table import MemoryTable
 from service.sessions.writer import SessionWriter, StateWrite
@@ -62,8 +64,11 @@ def _restored(log: Changelog) -> SessionStore:
     return store
 
 
-def _apply(state: SessionState, kind: str, count: int, size: int, n: int) -> SessionState:
-    state = state.snapshot()
+Session = tuple[SessionState, Delivery]
+
+
+def _apply(session: Session, kind: str, count: int, size: int, n: int) -> Session:
+    state, delivery = session[0].snapshot(), session[1]
     if kind == "append":
         for i in range(count):
             role = "user" if (len(state.messages) + i) % 2 == 0 else "assistant"
@@ -76,8 +81,7 @@ def _apply(state: SessionState, kind: str, count: int, size: int, n: int) -> Ses
         state.pending = None
     elif kind == "forget_ids":
         # Not a change the runtime makes, but the writer must store any list of ids.
-        state.applied_commands = state.applied_commands[:count]
-        return state
+        return state, replace(delivery, applied=delivery.applied[:count])
     elif kind == "pending":
         uses = [{"toolUse": {"toolUseId": f"t{n}-{i}", "name": "x", "input": {}}} for i in range(3)]
         assistant = {"role": "assistant", "content": uses}
@@ -88,8 +92,7 @@ def _apply(state: SessionState, kind: str, count: int, size: int, n: int) -> Ses
         for i in range(count):
             results[f"t{n}-{i}"] = _result(f"t{n}-{i}", size)
         state.pending.results = results
-    state.mark_applied(f"c{n}")
-    return state
+    return state, delivery.applying(f"c{n}")
 
 
 @settings(max_examples=60, deadline=None)
@@ -100,32 +103,32 @@ def test_the_changelog_always_reads_back_as_the_last_committed_state(
     store = SessionStore(MemoryTable())
     writer = SessionWriter(store, record_max_bytes=RECORD_MAX)
     log: Changelog = []
-    committed = SessionState(session_id="s", agent="a")
-    state = committed
+    committed: Session = (SessionState(session_id="s", agent="a"), Delivery())
+    session = committed
     for n, (kind, count, size) in enumerate(steps):
         if kind == "crash":
             # Written but not committed is lost; the next owner restores from the changelog.
             store = _restored(log)
             writer = SessionWriter(store, record_max_bytes=RECORD_MAX)
             loaded = store.get("s")
-            state = loaded.state if loaded is not None else SessionState(session_id="s", agent="a")
-            assert state == committed
+            session = (loaded.state, loaded.delivery) if loaded is not None else committed
+            assert session == committed
             continue
         if kind == "compact":
             log = _compacted(log)
             continue
-        state = _apply(state, kind, count, size, n)
-        write: StateWrite = writer.write(state, n)
+        session = _apply(session, kind, count, size, n)
+        write: StateWrite = writer.write(session[0], n, session[1])
         assert all(value is None or len(value) <= RECORD_MAX for _, value in write.records)
         assert write.records[-1][0] == b"s", "the head is written last"
         log.extend(write.records)
         rows = [(k, v, n, n) for k, v in write.records]
         store.committed(rows, len(log), {"s": write.version})
-        committed = state
+        committed = session
         for view in (log, _compacted(log)):
             reread = _restored(view).get("s")
             assert reread is not None
-            assert reread.state == committed
+            assert (reread.state, reread.delivery) == committed
 
 
 def test_a_step_writes_only_what_it_added() -> None:
@@ -146,12 +149,12 @@ def test_applied_command_ids_past_the_kept_window_read_back_in_order() -> None:
     writer = SessionWriter(store, record_max_bytes=RECORD_MAX)
     log: Changelog = []
     state = SessionState(session_id="s", agent="a")
+    delivery = Delivery()
     for n in range(300):
-        state = state.snapshot()
-        state.mark_applied(f"command-{n}")
-        write = writer.write(state, n)
+        delivery = delivery.applying(f"command-{n}")
+        write = writer.write(state, n, delivery)
         assert len(write.records) == 2, "one id slot and the head"
         log.extend(write.records)
     reread = _restored(_compacted(log)).get("s")
     assert reread is not None
-    assert reread.state.applied_commands == [f"command-{n}" for n in range(44, 300)]
+    assert reread.delivery.applied == tuple(f"command-{n}" for n in range(44, 300))
