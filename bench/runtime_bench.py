@@ -8,8 +8,10 @@ producer with the default partitioner would, and reads results ``read_committed`
 runs with its shipped defaults, group timings included. Prints a table and writes JSON
 (``--out``). A benchmark, not a test: it reports, it does not assert targets.
 
-Phases: saturation (closed loop), latency at ``--load`` of saturation (open loop; ``--rate``
-fixes the rate and skips saturation), takeover after ``kill -9`` (``--skip-takeover``). Each
+Phases: saturation (closed loop), the same with the tool declared ``effect="once"`` (its start
+committed before it runs, its result right after; ``--skip-once``), latency at ``--load`` of
+saturation (open loop; ``--rate`` fixes the rate and skips both saturations), takeover after
+``kill -9`` (``--skip-takeover``). Each
 phase reports the CPU of the service, the broker (when known) and the driver, so a figure can
 be read against how busy the machine was.
 
@@ -114,9 +116,10 @@ class Window:
 class Driver:
     """Upstream and downstream in one: publishes commands, reads committed results."""
 
-    def __init__(self, cluster: Cluster, prefix: str = "bench") -> None:
+    def __init__(self, cluster: Cluster, prefix: str = "bench", agent: str = "bench") -> None:
         self.cluster = cluster
         self.prefix = prefix
+        self.agent = agent
         self.sessions: dict[str, Session] = {}
         self.ready: deque[Session] = deque()
         self.window: Window | None = None
@@ -171,7 +174,7 @@ class Driver:
                 "schema_version": 1,
                 "command_id": session.command_id,
                 "session_id": session.sid,
-                "agent": "bench",
+                "agent": self.agent,
                 "prompt": f"turn {session.turn}",
             }
         else:
@@ -388,6 +391,26 @@ async def bench(
                 "commit": stats,
             }
 
+        if args.rate is None and not args.skip_once:
+            # 1b. saturation again, on sessions of their own whose tool is a once tool
+            once = Driver(cluster, prefix="once", agent="bench-once")
+            await once.start()
+            once.add_sessions(args.sessions)
+            cpu_before = cpu_seconds(first.pid)
+            window = await once.run_closed(args.duration, args.warmup)
+            elapsed = time.perf_counter() - window.started
+            cpu_used = cpu_seconds(first.pid) - cpu_before
+            await once.drain()
+            await once.stop()
+            report["saturation_once"] = {
+                "steps_per_s": round(window.results / elapsed, 1),
+                "steps": window.results,
+                "errors": window.errors,
+                "service_cpu_ms_per_step": round(
+                    cpu_used / max(window.results, 1) * 1000 * elapsed / (elapsed + args.warmup), 3
+                ),
+            }
+
         # 2. latency at half of saturation (open loop)
         rate = args.rate if args.rate is not None else saturation * args.load
         cpu_before = cpu_seconds(first.pid)
@@ -459,6 +482,18 @@ async def bench(
     return report
 
 
+def _once_rows(report: dict[str, Any]) -> list[tuple[str, str, str]]:
+    once = report.get("saturation_once")
+    if once is None:
+        return []
+    ratio = once["steps_per_s"] / max(report["saturation"]["steps_per_s"], 0.1)
+    return [
+        ("committed steps/s, the tool a once tool", f"{once['steps_per_s']}", ""),
+        ("  of the idempotent tool's", f"{ratio:.2f}x", ""),
+        ("  service CPU per step (ms)", f"{once['service_cpu_ms_per_step']}", ""),
+    ]
+
+
 def table(report: dict[str, Any]) -> str:
     sat, half, take = report["saturation"], report["half_load"], report["takeover"]
     rows = [
@@ -483,6 +518,7 @@ def table(report: dict[str, Any]) -> str:
             "",
         ),
         ("  state record bytes avg", f"{sat['commit'].get('state_bytes_avg')}", ""),
+        *_once_rows(report),
         (f"e2e latency p50 at {half['target_rate']}/s (ms)", f"{half['latency_p50_ms']}", "< 20"),
         (f"e2e latency p99 at {half['target_rate']}/s (ms)", f"{half['latency_p99_ms']}", "< 100"),
         ("takeover after kill -9 (s)", f"{take['seconds']}", "< 10"),
@@ -513,6 +549,9 @@ def main() -> int:
         help="skip the saturation phase and measure latency at this many steps/s",
     )
     parser.add_argument("--skip-takeover", action="store_true", help="stop after the latency phase")
+    parser.add_argument(
+        "--skip-once", action="store_true", help="skip the saturation phase with a once tool"
+    )
     parser.add_argument("--takeover-rate", type=float, default=100.0)
     parser.add_argument("--max-in-flight", type=int, default=1000)
     parser.add_argument("--commit-interval-ms", type=int, default=None)

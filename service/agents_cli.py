@@ -20,9 +20,22 @@ if TYPE_CHECKING:
 _COLUMNS = ("name", "provider", "model", "tools", "executor", "checkpointing", "limits")
 
 
-def _cell(key: str, value: Any) -> str:
+def _tool(name: str, policy: Mapping[str, Any]) -> str:
+    """``pay (once, timeout 30s)``; a tool run the default way is its name alone."""
+    notes = []
+    if policy["timeout_s"] is not None:
+        notes.append(f"timeout {policy['timeout_s']:g}s")
+    if policy["retries"]:
+        notes.append(f"retries {policy['retries']}, backoff {policy['backoff_s']:g}s")
+    if notes or policy["effect"] != "idempotent":
+        return f"{name} ({', '.join([policy['effect'], *notes])})"
+    return name
+
+
+def _cell(key: str, row: Mapping[str, Any]) -> str:
+    value = row[key]
     if key == "tools":
-        return ",".join(value) or "-"
+        return ", ".join(_tool(name, row["tool_policies"][name]) for name in value) or "-"
     if key == "limits":
         return ",".join(f"{k}={v}" for k, v in value.items() if v is not None) or "-"
     return "-" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
@@ -30,7 +43,7 @@ def _cell(key: str, value: Any) -> str:
 
 def render_table(rows: list[dict[str, Any]]) -> str:
     table = [[c.upper() for c in _COLUMNS]]
-    table += [[_cell(c, row[c]) for c in _COLUMNS] for row in rows]
+    table += [[_cell(c, row) for c in _COLUMNS] for row in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(_COLUMNS))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()

@@ -60,6 +60,17 @@ class Boundary:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolLedger:
+    """The batch's ledger of ``once`` tools changed: one was recorded as started (``durable``:
+    it starts only once ``state`` is committed) or got its result (commit it soon, before the
+    rest of a long batch). ``state`` is a snapshot whose in-flight marker continues the batch.
+    """
+
+    state: SessionState
+    durable: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Stopped:
     result: AgentResult
     state: SessionState
@@ -73,5 +84,6 @@ Event = (
     | InterruptRaised
     | CheckpointReached
     | Boundary
+    | ToolLedger
     | Stopped
 )

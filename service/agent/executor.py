@@ -8,6 +8,14 @@ result the session can store, no larger than ``result_max_bytes`` (else the erro
 by toolUseId, interrupts raised in ``run.raised`` in toolUse order. Before-tools and after-tools
 hooks fire for every batch a cancel stops, the after-tools event carrying every result the batch
 will append, synthetic ones included.
+
+Tools with effect ``once``: each is recorded as started in ``run.started`` and a durable
+:class:`LedgerChanged` is yielded before it starts (the ``once`` tools that the concurrent
+executor starts together share one); one is yielded again once its result is in. A tool found
+recorded as started without a result (its owner stopped while it ran) is not run: it raises the
+``tool_outcome_unknown`` interrupt, whose answer supplies its result, fails it, or runs it again.
+A tool with ``timeout_s`` sees its cancel signal when it runs longer, then is abandoned with an
+error result; an idempotent tool with ``retries`` runs again after it raised or timed out.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from service.agent.cancel import CancelSignal
 from service.agent.definition import AgentDefinition
@@ -30,17 +38,24 @@ from service.agent.hooks import (
 )
 from service.agent.interrupts import InterruptBook, InterruptSignal
 from service.agent.metrics import InvocationMetrics
+from service.agent.outcomes import (
+    OUTCOME_UNKNOWN,
+    answered_block,
+    outcome_interrupt_id,
+    outcome_reason,
+)
 from service.agent.results import (
     CANCELLED_TEXT,
     TOOL_CANCELLED_TEXT,
     error_result,
     error_text,
     result_status,
+    timeout_text,
     tool_result,
     unknown_tool_text,
 )
 from service.agent.storable import StateGuard, checked_result, state_refused
-from service.agent.tools import Tool, ToolContext
+from service.agent.tools import Tool, ToolContext, ToolPolicy
 from service.agent.types import ContentBlock, Interrupt, Message
 
 logger = logging.getLogger(__name__)
@@ -61,6 +76,10 @@ class BatchRun:
     state_guard: StateGuard
     result_max_bytes: int | None = None
     """The invocation's ``result_max_bytes``: the largest tool result kept (None: no limit)."""
+    started: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The ledger of ``once`` tools started without a result yet (the pending batch's)."""
+    instance: str = ""
+    """Who runs the batch, as the ledger records it."""
     raised: dict[str, Interrupt] = field(default_factory=dict)
     """Interrupts raised by this run, by toolUseId ("" for the before-tools hook)."""
     stopped: bool = False
@@ -68,7 +87,66 @@ class BatchRun:
     toolUse then has a result in ``results``, and no interrupt of it stays pending."""
 
 
+@dataclass(frozen=True, slots=True)
+class LedgerChanged:
+    """The ledger of ``once`` tools changed; ``durable``: no tool starts before it is committed
+    (the loop turns it into a :class:`~service.agent.events.ToolLedger` with a state)."""
+
+    durable: bool
+
+
+class ToolTimeoutError(Exception):
+    """The tool ran longer than its ``timeout_s``."""
+
+
 _SKIP = object()
+_GATE = object()
+TIMEOUT_GRACE_S = 1.0
+"""How long a tool past its timeout may take to return once its cancel signal is set (at most
+the timeout itself) before it is abandoned."""
+Settled = Literal["run", "done", "raised"]
+
+
+def _once(tool: Tool | None) -> bool:
+    return tool is not None and tool.policy.effect == "once"
+
+
+def _record_start(run: BatchRun, tool_use_id: str) -> None:
+    run.started[tool_use_id] = {"at": time.time(), "instance": run.instance}
+
+
+def _settle_started(run: BatchRun, use: dict[str, Any]) -> Settled:
+    """What to do with a tool use the ledger says was started: ``"run"`` it (never started, or
+    a retry was asked for), ``"done"`` (the answer gave its result), or ``"raised"`` (its
+    outcome is unknown: the ``tool_outcome_unknown`` interrupt is raised)."""
+    tool_use_id = use["toolUseId"]
+    started = run.started.get(tool_use_id)
+    if started is None:
+        return "run"
+    interrupt_id = outcome_interrupt_id(tool_use_id)
+    known = run.book.known.get(interrupt_id)
+    if known is None or known.response is None:
+        key = f"{run.session_id}:{tool_use_id}"
+        logger.warning(
+            "session_id=<%s>, tool_use_id=<%s>, tool=<%s>, idempotency_key=<%s>, "
+            "started_at=<%s>, instance=<%s> | a once tool was started and has no result: its "
+            "outcome is unknown, the caller is asked",
+            run.session_id,
+            tool_use_id,
+            use.get("name", ""),
+            key,
+            started.get("at"),
+            started.get("instance"),
+        )
+        reason = outcome_reason(use, started, key)
+        run.raised[tool_use_id] = Interrupt(id=interrupt_id, name=OUTCOME_UNKNOWN, reason=reason)
+        return "raised"
+    del run.started[tool_use_id]
+    block = answered_block(tool_use_id, known.response)
+    if block is None:
+        return "run"
+    run.results[tool_use_id] = _checked(run, tool_use_id, block)
+    return "done"
 
 
 async def _before_call(run: BatchRun, use: dict[str, Any], tool: Tool | None) -> Any:
@@ -114,8 +192,58 @@ def _check_state(run: BatchRun, use: dict[str, Any]) -> str | None:
     return reason
 
 
+async def _forward_cancel(source: CancelSignal, target: CancelSignal) -> None:
+    await source.wait()
+    target.cancel(source.custom_message)
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    """Retrieve what an abandoned tool task ended with, so nothing is reported as unheard."""
+    if not task.cancelled():
+        task.exception()
+
+
+async def _invoke(tool: Tool, use: dict[str, Any], context: ToolContext, run: BatchRun) -> Any:
+    """The tool's value; past its timeout its own cancel signal is set, and after a short
+    grace it is abandoned (an async tool is cancelled; a sync one's thread cannot be)."""
+    timeout_s = tool.policy.timeout_s
+    if timeout_s is None:
+        return await tool.invoke(use.get("input") or {}, context)
+    task = asyncio.ensure_future(tool.invoke(use.get("input") or {}, context))
+    forward = asyncio.ensure_future(_forward_cancel(run.cancel, context.cancel))
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout_s)
+        if done:
+            return task.result()
+        context.cancel.cancel(f"timed out after {timeout_s:g} s")
+        await asyncio.wait({task}, timeout=min(TIMEOUT_GRACE_S, timeout_s))
+        raise ToolTimeoutError(timeout_text(tool.name, timeout_s))
+    finally:
+        forward.cancel()
+        if not task.done():
+            task.cancel()
+        task.add_done_callback(_consume)
+
+
+async def _pause_before_retry(run: BatchRun, delay_s: float) -> bool:
+    """Wait ``delay_s``; False when a cancel came first or meanwhile (no more tries then)."""
+    if run.cancel.is_set:
+        return False
+    if delay_s > 0:
+        waiter = asyncio.ensure_future(run.cancel.wait())
+        try:
+            await asyncio.wait({waiter}, timeout=delay_s)
+        finally:
+            waiter.cancel()
+    return not run.cancel.is_set
+
+
+def _may_retry(policy: ToolPolicy, attempt: int) -> bool:
+    return policy.effect == "idempotent" and attempt < policy.retries
+
+
 async def _call(run: BatchRun, use: dict[str, Any], tool: Tool | None) -> ContentBlock | None:
-    """Run the tool once; None when it raised an interrupt."""
+    """Run the tool (again, up to its retries); None when it raised an interrupt."""
     tool_use_id = use["toolUseId"]
     name = use.get("name", "")
     started = time.perf_counter()
@@ -124,34 +252,57 @@ async def _call(run: BatchRun, use: dict[str, Any], tool: Tool | None) -> Conten
         # The name is the model's: measured too, so no result escapes the maximum size.
         block = _checked(run, tool_use_id, error_result(tool_use_id, unknown_tool_text(name)))
     else:
-        context = ToolContext(
-            run.session_id,
-            tool_use_id,
-            run.cancel,
-            run.invocation_state,
-            run.agent_state,
-            use,
-            run.agent.name,
-            run.book,
-        )
-        try:
-            value = await tool.invoke(use.get("input") or {}, context)
-        except InterruptSignal as signal:
-            run.raised[tool_use_id] = signal.interrupt
-            _check_state(run, use)
-            return None
-        except asyncio.CancelledError as exc:
-            # Libraries leak CancelledError from their inner timeouts; only a cancellation of
-            # this task is one of the invocation, anything else is the tool failing.
-            if _cancelling():
-                raise
-            exception = exc
-            block = error_result(tool_use_id, error_text(exc))
-        except Exception as exc:  # noqa: BLE001 - a failing tool becomes an error result
-            exception = exc
-            block = error_result(tool_use_id, error_text(exc))
-        else:
-            block = tool_result(tool_use_id, value)
+        policy = tool.policy
+        attempt = 0
+        while True:
+            context = ToolContext(
+                run.session_id,
+                tool_use_id,
+                run.cancel if policy.timeout_s is None else CancelSignal(),
+                run.invocation_state,
+                run.agent_state,
+                use,
+                run.agent.name,
+                run.book,
+            )
+            exception = None
+            try:
+                value = await _invoke(tool, use, context, run)
+            except InterruptSignal as signal:
+                run.raised[tool_use_id] = signal.interrupt
+                _check_state(run, use)
+                return None
+            except asyncio.CancelledError as exc:
+                # Libraries leak CancelledError from their inner timeouts; only a cancellation
+                # of this task is one of the invocation, anything else is the tool failing.
+                if _cancelling():
+                    raise
+                exception = exc
+                block = error_result(tool_use_id, error_text(exc))
+            except ToolTimeoutError as exc:
+                exception = exc
+                block = error_result(tool_use_id, str(exc))
+            except Exception as exc:  # noqa: BLE001 - a failing tool becomes an error result
+                exception = exc
+                block = error_result(tool_use_id, error_text(exc))
+            else:
+                block = tool_result(tool_use_id, value)
+            if exception is None or not _may_retry(policy, attempt):
+                break
+            delay_s = policy.backoff_s * 2**attempt
+            attempt += 1
+            logger.info(
+                "session_id=<%s>, tool_use_id=<%s>, tool=<%s>, attempt=<%d>, delay_s=<%g>, "
+                "error=<%s> | tool failed, trying again",
+                run.session_id,
+                tool_use_id,
+                name,
+                attempt + 1,
+                delay_s,
+                type(exception).__name__,
+            )
+            if not await _pause_before_retry(run, delay_s):
+                break
         block = _checked(run, tool_use_id, block)
         refused = _check_state(run, use)
         if refused is not None:
@@ -168,13 +319,29 @@ async def _call(run: BatchRun, use: dict[str, Any], tool: Tool | None) -> Conten
     return block
 
 
-async def _concurrent(run: BatchRun, todo: list[dict[str, Any]]) -> AsyncIterator[Event]:
-    queue: asyncio.Queue[Event | None] = asyncio.Queue()
+async def _concurrent(
+    run: BatchRun, todo: list[dict[str, Any]]
+) -> AsyncIterator[Event | LedgerChanged]:
+    queue: asyncio.Queue[Any] = asyncio.Queue()
     tool_map = run.agent.tool_map
+    todo = [use for use in todo if _settle_started(run, use) == "run"]
+    # The once tools wait, past their before-call hooks, for one ledger commit of all of them.
+    unsettled = {u["toolUseId"] for u in todo if _once(tool_map.get(u.get("name", "")))}
+    ready: list[str] = []
+    gate = asyncio.Event()
+
+    def settle(tool_use_id: str, *, starts: bool) -> None:
+        if tool_use_id not in unsettled:
+            return
+        unsettled.discard(tool_use_id)
+        if starts:
+            ready.append(tool_use_id)
+        if not unsettled:
+            queue.put_nowait(_GATE)
 
     async def one(use: dict[str, Any]) -> None:
+        tool_use_id = use["toolUseId"]
         try:
-            tool_use_id = use["toolUseId"]
             name = use.get("name", "")
             tool = tool_map.get(name)
             skipped = await _before_call(run, use, tool)
@@ -183,14 +350,26 @@ async def _concurrent(run: BatchRun, todo: list[dict[str, Any]]) -> AsyncIterato
             if skipped is not None:
                 run.results[tool_use_id] = skipped
                 return
+            once = _once(tool)
+            if once:
+                settle(tool_use_id, starts=True)
+                await gate.wait()
+                if run.cancel.immediate:
+                    run.started.pop(tool_use_id, None)
+                    return
             queue.put_nowait(ToolStarted(tool_use_id, name))
             block = await _call(run, use, tool)
             if block is None:
+                run.started.pop(tool_use_id, None)
                 queue.put_nowait(ToolFinished(tool_use_id, name, "interrupted"))
                 return
             run.results[tool_use_id] = block
             queue.put_nowait(ToolFinished(tool_use_id, name, result_status(block)))
+            if once:
+                run.started.pop(tool_use_id, None)
+                queue.put_nowait(LedgerChanged(durable=False))
         finally:
+            settle(tool_use_id, starts=False)
             queue.put_nowait(None)
 
     # Plain tasks rather than a TaskGroup: this generator may be closed at a ``yield``, where a
@@ -202,6 +381,12 @@ async def _concurrent(run: BatchRun, todo: list[dict[str, Any]]) -> AsyncIterato
             event = await queue.get()
             if event is None:
                 remaining -= 1
+            elif event is _GATE:
+                if ready and not run.cancel.immediate:
+                    for tool_use_id in ready:
+                        _record_start(run, tool_use_id)
+                    yield LedgerChanged(durable=True)
+                gate.set()
             else:
                 yield event
         for task in tasks:
@@ -212,7 +397,7 @@ async def _concurrent(run: BatchRun, todo: list[dict[str, Any]]) -> AsyncIterato
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def run_batch(run: BatchRun) -> AsyncIterator[Event]:
+async def run_batch(run: BatchRun) -> AsyncIterator[Event | LedgerChanged]:
     """Run the tools of ``run.uses`` that have no result yet; see the module guarantees.
 
     Any cancel seen once the before-tools hooks ran keeps the batch from starting: an immediate
@@ -240,6 +425,11 @@ async def run_batch(run: BatchRun) -> AsyncIterator[Event]:
             if run.cancel.immediate:
                 break
             tool_use_id = use["toolUseId"]
+            settled = _settle_started(run, use) if run.started else "run"
+            if settled == "raised":
+                break
+            if settled == "done":
+                continue
             name = use.get("name", "")
             tool = tool_map.get(name)
             skipped = await _before_call(run, use, tool)
@@ -248,13 +438,24 @@ async def run_batch(run: BatchRun) -> AsyncIterator[Event]:
             if skipped is not None:
                 run.results[tool_use_id] = skipped
                 continue
+            once = _once(tool)
+            if once:
+                _record_start(run, tool_use_id)
+                yield LedgerChanged(durable=True)
+                if run.cancel.immediate:
+                    run.started.pop(tool_use_id, None)
+                    break
             yield ToolStarted(tool_use_id, name)
             block = await _call(run, use, tool)
             if block is None:
+                run.started.pop(tool_use_id, None)
                 yield ToolFinished(tool_use_id, name, "interrupted")
                 break
             run.results[tool_use_id] = block
             yield ToolFinished(tool_use_id, name, result_status(block))
+            if once:
+                run.started.pop(tool_use_id, None)
+                yield LedgerChanged(durable=False)
     run.stopped = run.cancel.is_set
     if run.stopped:
         # Cancel beats interrupt and checkpoint: every toolUse gets its result now, so the

@@ -21,6 +21,7 @@ from service.agent.errors import (
     UnknownInterruptError,
 )
 from service.agent.messages import prompt_messages
+from service.agent.outcomes import answer_problem, is_outcome_interrupt
 from service.agent.state import SessionState
 from service.agent.types import Checkpoint, Limits, Message
 
@@ -37,6 +38,8 @@ class Invocation:
     result_max_bytes: int | None = None
     """The largest tool result kept, in bytes of the result block's JSON encoding; a larger
     one is replaced by an error result (``RESULT_TOO_LARGE_TEXT``). None: no limit."""
+    instance: str = ""
+    """Who runs it (host and process), as the ledger of ``once`` tools records it."""
 
 
 Step = Literal["model", "tools"]
@@ -155,6 +158,10 @@ def _plan_answers(agent: AgentDefinition, state: SessionState, invocation: Invoc
     unknown = sorted(set(answers) - known)
     if unknown:
         raise UnknownInterruptError(f"unknown interrupt ids: {unknown}")
+    for interrupt_id, response in answers.items():
+        problem = answer_problem(response) if is_outcome_interrupt(interrupt_id) else None
+        if problem is not None:
+            raise InvalidInputError(f"interrupt {interrupt_id}: {problem}")
     return Plan(
         kind="answers",
         start="tools",

@@ -22,7 +22,7 @@ from service.agent.events import (
     ModelMessage,
     ModelTextDelta,
 )
-from service.agent.executor import BatchRun, raised_in_order, run_batch
+from service.agent.executor import BatchRun, LedgerChanged, raised_in_order, run_batch
 from service.agent.hooks import (
     AfterModelCallEvent,
     BeforeInvocationEvent,
@@ -192,9 +192,14 @@ async def run_invocation(
             metrics,
             run.state_guard,
             invocation.result_max_bytes,
+            started=pending.started,
+            instance=invocation.instance,
         )
         async for event in run_batch(batch):
-            yield event
+            if isinstance(event, LedgerChanged):
+                yield run.ledger(event.durable)
+            else:
+                yield event
         if batch.stopped:
             # Cancel beats interrupt and checkpoint; the batch gave every toolUse a result.
             await run.add(results_message(uses, pending.results, CANCELLED_TEXT))

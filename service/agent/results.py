@@ -35,6 +35,14 @@ def result_too_large_text(size: int, limit: int) -> str:
     return RESULT_TOO_LARGE_TEXT.format(size=size, limit=limit)
 
 
+TOOL_TIMEOUT_TEXT = "Error: tool {name} timed out after {seconds:g} s"
+"""The error result's text for a tool that ran longer than its ``timeout_s``."""
+
+
+def timeout_text(name: str, seconds: float) -> str:
+    return TOOL_TIMEOUT_TEXT.format(name=name, seconds=seconds)
+
+
 def unknown_tool_text(name: str) -> str:
     return f"Unknown tool: {name}"
 

@@ -12,7 +12,7 @@ import time
 
 from service.agent.cancel import CancelSignal
 from service.agent.definition import AgentDefinition
-from service.agent.events import Boundary, Stopped
+from service.agent.events import Boundary, Stopped, ToolLedger
 from service.agent.hooks import AfterInvocationEvent, MessageAddedEvent
 from service.agent.invocation import Invocation, Plan
 from service.agent.messages import append_message, results_message, tool_uses
@@ -222,8 +222,20 @@ class InvocationRun:
 
     def boundary(self, position: str, cycle: int) -> Boundary:
         self.ws.inflight = Inflight(self.invocation.command_id, position, cycle, False)
+        return Boundary(position, cycle, self._durable_snapshot())
+
+    def ledger(self, durable: bool) -> ToolLedger:
+        """The state to commit when the batch's ledger of ``once`` tools changed: its in-flight
+        marker continues this batch (with this invocation's checkpointing) after a crash."""
+        ws = self.ws
+        ws.inflight = Inflight(
+            self.invocation.command_id, "after_model", ws.cycle_index, self.plan.checkpointing
+        )
+        return ToolLedger(self._durable_snapshot(), durable)
+
+    def _durable_snapshot(self) -> SessionState:
         snapshot = self.ws.snapshot()
-        # The committed turn totals include this invocation so far: a run recovered from this
-        # boundary keeps counting the turn's limits from here, not from before the crash.
+        # The committed turn totals include this invocation so far: a run recovered from here
+        # keeps counting the turn's limits from here, not from before the crash.
         snapshot.turn_metrics = add_to_turn(snapshot.turn_metrics, self.metrics.to_dict())
-        return Boundary(position, cycle, snapshot)
+        return snapshot

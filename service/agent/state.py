@@ -35,12 +35,15 @@ class PendingBatch:
     """A tool batch that has not produced its results message yet.
 
     ``results`` holds the toolResult blocks already completed, by toolUseId; ``interrupts`` is
-    non-empty while the session waits for answers (interrupt state).
+    non-empty while the session waits for answers (interrupt state). ``started`` is the ledger
+    of ``once`` tools: by toolUseId, when (``at``, epoch seconds) and where (``instance``) each
+    one without a result yet was started.
     """
 
     assistant_message: Message
     results: dict[str, ContentBlock] = field(default_factory=dict)
     interrupts: list[Interrupt] = field(default_factory=list)
+    started: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def copy(self) -> PendingBatch:
         """Independent copy; blocks and messages are shared (the engine never mutates them)."""
@@ -48,14 +51,19 @@ class PendingBatch:
             assistant_message=self.assistant_message,
             results=dict(self.results),
             interrupts=[Interrupt(i.id, i.name, i.reason, i.response) for i in self.interrupts],
+            started=dict(self.started),
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "assistant_message": self.assistant_message,
             "results": self.results,
             "interrupts": [i.to_dict() for i in self.interrupts],
         }
+        if self.started:
+            # Only while a once tool runs or its outcome is unknown; older layouts stay exact.
+            data["started"] = self.started
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PendingBatch:
@@ -63,6 +71,7 @@ class PendingBatch:
             assistant_message=data["assistant_message"],
             results=dict(data.get("results") or {}),
             interrupts=[Interrupt.from_dict(i) for i in data.get("interrupts") or []],
+            started=dict(data.get("started") or {}),
         )
 
 

@@ -3,16 +3,20 @@
 A decorated function keeps working as a plain function; the engine calls :meth:`Tool.invoke`,
 which validates the input against the spec derived from the function's type hints. Sync
 functions run in a worker thread unless declared ``inline`` (then they must not block).
+Each tool has a :class:`ToolPolicy`: its effect (may it run again after a crash?), a timeout,
+and retries for idempotent tools.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
+import copy
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any, Literal, get_args, overload
 
 from pydantic import BaseModel, ValidationError
 
@@ -21,6 +25,56 @@ from service.agent.interrupts import InterruptBook, tool_call_id
 from service.agent.provider import ToolSpec
 from service.agent.results import VALIDATION_PREFIX
 from service.agent.toolspec import spec_for
+
+Effect = Literal["idempotent", "once"]
+EFFECTS: tuple[Effect, ...] = get_args(Effect)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolPolicy:
+    """How the engine runs a tool.
+
+    ``effect``: ``"idempotent"`` (the default) runs again after a crash, with the same
+    idempotency key; ``"once"`` is recorded as started before it runs and is never run again
+    without the caller's say (the ``tool_outcome_unknown`` interrupt). ``timeout_s``: the
+    tool's cancel signal is set when it runs longer, and the model gets an error result.
+    ``retries``: how many more times an idempotent tool runs after it raised or timed out,
+    ``backoff_s`` seconds after the first failure, doubling after each.
+    """
+
+    effect: Effect = "idempotent"
+    timeout_s: float | None = None
+    retries: int = 0
+    backoff_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.effect not in EFFECTS:
+            raise ValueError(f"effect must be one of {list(EFFECTS)}, not {self.effect!r}")
+        if self.timeout_s is not None and not (
+            _number(self.timeout_s) and 0 < self.timeout_s < math.inf
+        ):
+            raise ValueError(f"timeout_s must be a positive number, not {self.timeout_s!r}")
+        if not isinstance(self.retries, int) or isinstance(self.retries, bool) or self.retries < 0:
+            raise ValueError(f"retries must be a whole number >= 0, not {self.retries!r}")
+        if not (_number(self.backoff_s) and 0 <= self.backoff_s < math.inf):
+            raise ValueError(f"backoff must be a number of seconds >= 0, not {self.backoff_s!r}")
+        if self.effect == "once" and self.retries:
+            raise ValueError("retries apply only to idempotent tools, not to effect='once'")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "effect": self.effect,
+            "timeout_s": self.timeout_s,
+            "retries": self.retries,
+            "backoff_s": self.backoff_s,
+        }
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+DEFAULT_POLICY = ToolPolicy()
 
 
 @dataclass(slots=True)
@@ -54,10 +108,17 @@ class Tool(abc.ABC):
     """A callable the model may ask for; ``spec`` is what the model is told about it."""
 
     spec: ToolSpec
+    policy: ToolPolicy = DEFAULT_POLICY
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    def with_policy(self, policy: ToolPolicy) -> Tool:
+        """The same tool run under ``policy`` (this one is left as it is)."""
+        other = copy.copy(self)
+        other.policy = policy
+        return other
 
     @abc.abstractmethod
     async def invoke(self, input: dict[str, Any], context: ToolContext) -> Any:
@@ -86,8 +147,10 @@ class FunctionTool(Tool):
         name: str | None = None,
         description: str | None = None,
         inline: bool = False,
+        policy: ToolPolicy = DEFAULT_POLICY,
     ) -> None:
         self.fn = fn
+        self.policy = policy
         self.is_async = inspect.iscoroutinefunction(fn)
         self.inline = inline
         self.context_param = _context_param(fn)
@@ -124,7 +187,14 @@ def tool(fn: Callable[..., Any], /) -> FunctionTool: ...
 
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, inline: bool = False
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    inline: bool = False,
+    effect: Effect = "idempotent",
+    timeout_s: float | None = None,
+    retries: int = 0,
+    backoff: float = 1.0,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -135,12 +205,18 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     inline: bool = False,
+    effect: Effect = "idempotent",
+    timeout_s: float | None = None,
+    retries: int = 0,
+    backoff: float = 1.0,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
-    """Turn a function into a :class:`Tool`; usable bare (``@tool``) or with options."""
+    """Turn a function into a :class:`Tool`; usable bare (``@tool``) or with options (see
+    :class:`ToolPolicy` for ``effect``, ``timeout_s``, ``retries`` and ``backoff``, seconds)."""
+    policy = ToolPolicy(effect, timeout_s, retries, backoff)
     if fn is not None:
-        return FunctionTool(fn, name=name, description=description, inline=inline)
+        return FunctionTool(fn, name=name, description=description, inline=inline, policy=policy)
 
     def wrap(f: Callable[..., Any]) -> FunctionTool:
-        return FunctionTool(f, name=name, description=description, inline=inline)
+        return FunctionTool(f, name=name, description=description, inline=inline, policy=policy)
 
     return wrap

@@ -23,9 +23,10 @@ from service.agent.registry import load_agent_registry
 from service.agent.tools import Tool
 from service.agent.types import Limits
 from service.agent_config.errors import AgentConfigError, validation_problems
-from service.agent_config.imports import resolve_hook, resolve_tools
+from service.agent_config.imports import resolve_hook
 from service.agent_config.provider_factory import build_provider
 from service.agent_config.schema import AgentSpec, DeploymentSpec, duplicate_names
+from service.agent_config.tool_entries import build_tools
 
 logger = logging.getLogger(__name__)
 
@@ -136,9 +137,9 @@ def build_agent(spec: AgentSpec, env: Mapping[str, str], where: str) -> AgentDef
     except AgentConfigError as exc:
         problems.extend(exc.problems)
     tools: list[Tool] = []
-    for path in spec.tools:
+    for index, entry in enumerate(spec.tools):
         try:
-            tools.extend(resolve_tools(path))
+            tools.extend(build_tools(entry, index))
         except AgentConfigError as exc:
             problems.extend(f"{where}: {problem}" for problem in exc.problems)
     hooks: list[HookProvider] = []
@@ -176,6 +177,7 @@ def describe_agents(agents: Mapping[str, AgentDefinition]) -> list[dict[str, Any
                 "model": getattr(config, "model_id", None),
                 "base_url": getattr(config, "base_url", None),
                 "tools": [t.name for t in agent.tools],
+                "tool_policies": {t.name: t.policy.to_dict() for t in agent.tools},
                 "executor": agent.executor,
                 "checkpointing": agent.checkpointing,
                 "limits": agent.limits.to_dict(),

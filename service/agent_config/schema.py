@@ -1,7 +1,9 @@
 """The shape of an agents file (TOML or YAML): a list of agents with provider, tools and limits.
 
 Guarantee: a validated :class:`DeploymentSpec` has unique agent names and holds no secret: keys
-are named by environment variable (``api_key_env``), never written in the file.
+are named by environment variable (``api_key_env``), never written in the file. Like provider
+options, a tool table's options are checked when the agent is built (:class:`ToolEntry`), so
+that their problems name the agent and the tool.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from service.agent.tools import Effect
 
 ProviderKind = Literal["openai_compat", "anthropic"]
 
@@ -46,6 +50,37 @@ class ProviderSpec(BaseModel):
         return dict(self.model_extra or {})
 
 
+class ToolEntry(BaseModel):
+    """A tool given as a table: its import path, and options over the tool's own policy.
+
+    Only the options written count, each replacing that one field of the imported tool's
+    :class:`~service.agent.tools.ToolPolicy`; which values are valid is the policy's to say.
+    Types are strict (``timeout_s = "30"`` is refused), so only numbers and a known effect
+    reach the policy's checks, whose messages may quote them.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    path: str
+    effect: Effect | None = None
+    timeout_s: float | None = None
+    retries: int | None = None
+    backoff: float | None = None
+
+    def policy_options(self) -> dict[str, Any]:
+        """The options written, by ToolPolicy field name (``backoff`` is ``backoff_s``)."""
+        options = self.model_dump(exclude_unset=True, exclude={"path"})
+        if "backoff" in options:
+            options["backoff_s"] = options.pop("backoff")
+        return options
+
+
+def _check_import_path(path: str) -> None:
+    module, sep, attribute = path.partition(":")
+    if not (module and sep and attribute):
+        raise ValueError(f"{path!r} is not an import path 'package.module:attribute'")
+
+
 class AgentSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -53,19 +88,38 @@ class AgentSpec(BaseModel):
     model: str = Field(min_length=1)
     provider: ProviderSpec
     system_prompt: str | None = None
-    tools: list[str] = Field(default_factory=list)
+    tools: list[str | dict[str, Any]] = Field(default_factory=list)
     hooks: list[str] = Field(default_factory=list)
     executor: Literal["sequential", "concurrent"] = "sequential"
     checkpointing: bool = False
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
 
-    @field_validator("tools", "hooks")
+    @field_validator("tools", mode="before")
     @classmethod
-    def _import_paths(cls, paths: list[str]) -> list[str]:
+    def _tool_entries(cls, entries: Any) -> Any:
+        # Said once here, rather than as one error per member of the union.
+        for index, entry in enumerate(entries if isinstance(entries, list) else []):
+            if not isinstance(entry, str | dict):
+                raise ValueError(  # noqa: TRY004 - pydantic reports only a ValueError
+                    f"entry {index} is neither an import path 'package.module:attribute' "
+                    "nor a table with a 'path'"
+                )
+        return entries
+
+    @field_validator("tools")
+    @classmethod
+    def _tool_paths(cls, entries: list[str | dict[str, Any]]) -> list[str | dict[str, Any]]:
+        for entry in entries:
+            path = entry.get("path") if isinstance(entry, dict) else entry
+            if isinstance(path, str):
+                _check_import_path(path)
+        return entries
+
+    @field_validator("hooks")
+    @classmethod
+    def _hook_paths(cls, paths: list[str]) -> list[str]:
         for path in paths:
-            module, sep, attribute = path.partition(":")
-            if not (module and sep and attribute):
-                raise ValueError(f"{path!r} is not an import path 'package.module:attribute'")
+            _check_import_path(path)
         return paths
 
 

@@ -146,17 +146,39 @@ async def resume(
     answers: Sequence[str],
     command_id: str | None,
     options: WaitOptions,
+    outcome: dict[str, Any] | None = None,
+    interrupt_id: str | None = None,
     write: Write = print,
 ) -> int:
-    if checkpoint_json is not None and answers:
-        raise commands.CommandInputError("give either --checkpoint or --answer, not both")
+    """Resume from a checkpoint, answer interrupts, or answer one ``tool_outcome_unknown``
+    interrupt with ``outcome`` (see :func:`commands.outcome_answer`)."""
+    given = [
+        flag
+        for flag, on in (
+            ("--checkpoint", checkpoint_json is not None),
+            ("--answer", bool(answers)),
+            ("--supply-result/--retry/--fail", outcome is not None),
+        )
+        if on
+    ]
+    if len(given) > 1:
+        raise commands.CommandInputError(f"give only one of {', '.join(given)}")
+    if interrupt_id is not None and outcome is None:
+        raise commands.CommandInputError(
+            "--interrupt picks the interrupt that --supply-result, --retry or --fail answers"
+        )
     command: ResumeCommand
     if checkpoint_json is not None:
         checkpoint = commands.parse_json_arg(checkpoint_json, "--checkpoint")
         command = commands.resume_from_checkpoint(session_id, checkpoint, command_id=command_id)
     else:
         pause = Pause.of(session_id, await session_state(settings, session_id))
-        command = pause.answer(answers, command_id) if answers else pause.resume(command_id)
+        if outcome is not None:
+            command = pause.answer_outcome(outcome, interrupt_id, command_id)
+        elif answers:
+            command = pause.answer(answers, command_id)
+        else:
+            command = pause.resume(command_id)
     return await _send_and_follow(
         settings, command, options, write, answers_command=command.command_id
     )

@@ -15,8 +15,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from service.client import actions
-from service.client.commands import CommandInputError
+from service.client import actions, commands
 from service.client.kafka_io import ClientError
 from service.settings import Settings
 
@@ -70,6 +69,10 @@ async def _invoke(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _resume(args: argparse.Namespace, settings: Settings) -> int:
+    # Checked before the session is read: a malformed answer never costs a trip to Kafka.
+    outcome = commands.outcome_answer(
+        supply_result=args.supply_result, retry=args.retry, fail=args.fail
+    )
     return await actions.resume(
         settings,
         session_id=args.session,
@@ -77,6 +80,8 @@ async def _resume(args: argparse.Namespace, settings: Settings) -> int:
         answers=args.answer or [],
         command_id=args.command_id,
         options=_wait_options(args),
+        outcome=outcome,
+        interrupt_id=args.interrupt,
     )
 
 
@@ -135,14 +140,32 @@ def register_client_commands(subparsers: Subparsers) -> None:
 
     p = subparsers.add_parser("resume", help="continue a paused session")
     p.add_argument("--session", required=True)
-    p.add_argument(
+    how = p.add_mutually_exclusive_group()
+    how.add_argument(
         "--checkpoint", help="checkpoint JSON (default: the one the session is paused at)"
     )
-    p.add_argument(
+    how.add_argument(
         "--answer",
         action="append",
         metavar="ID=JSON",
         help="answer an interrupt (repeatable); a bare JSON answers the only pending one",
+    )
+    how.add_argument(
+        "--supply-result",
+        metavar="JSON",
+        help="tool_outcome_unknown: the tool did run, with this result "
+        '({"content": [...], "status": "success"|"error"}; status optional)',
+    )
+    how.add_argument(
+        "--retry", action="store_true", help="tool_outcome_unknown: run the tool again"
+    )
+    how.add_argument(
+        "--fail", metavar="MSG", help="tool_outcome_unknown: the model gets an error result MSG"
+    )
+    p.add_argument(
+        "--interrupt",
+        metavar="ID",
+        help="the tool_outcome_unknown interrupt to answer (needed when several are pending)",
     )
     _add_common(p, waits=True)
     p.set_defaults(handler=run_client_command, client_action=_resume)
@@ -197,7 +220,7 @@ def run_client_command(args: argparse.Namespace, settings: Settings | None = Non
         settings = settings.model_copy(update={"kafka": kafka})
     try:
         return asyncio.run(action(args, settings))
-    except (ClientError, CommandInputError) as exc:
+    except (ClientError, commands.CommandInputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import ValidationError
 
+from service.agent.outcomes import OUTCOME_UNKNOWN, answer_problem
 from service.wire.commands import CancelCommand, DeleteCommand, InvokeCommand, ResumeCommand
 
 AnyCommand = InvokeCommand | ResumeCommand | CancelCommand | DeleteCommand
@@ -125,6 +126,38 @@ def parse_json_arg(raw: str, what: str) -> Any:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise CommandInputError(f"{what} is not valid JSON: {exc}") from None
+
+
+def outcome_answer(
+    *, supply_result: str | None = None, retry: bool = False, fail: str | None = None
+) -> dict[str, Any] | None:
+    """The answer to a ``tool_outcome_unknown`` interrupt that the flags give, checked as the
+    engine checks it; None when none of them is given.
+
+    ``supply_result`` is the JSON of the ``result`` object (``content`` and an optional
+    ``status``), ``fail`` the error text the model sees.
+    """
+    flags = (
+        ("--supply-result", supply_result is not None),
+        ("--retry", retry),
+        ("--fail", fail is not None),
+    )
+    given = [flag for flag, on in flags if on]
+    if not given:
+        return None
+    if len(given) > 1:
+        raise CommandInputError(f"give only one of {', '.join(given)}")
+    answer: dict[str, Any]
+    if supply_result is not None:
+        answer = {"result": parse_json_arg(supply_result, "--supply-result")}
+    elif retry:
+        answer = {"retry": True}
+    else:
+        answer = {"fail": fail}
+    problem = answer_problem(answer)
+    if problem is not None:
+        raise CommandInputError(f"{given[0]} is not an answer to {OUTCOME_UNKNOWN}: {problem}")
+    return answer
 
 
 def parse_answers(raw_answers: Sequence[str], pending_ids: Sequence[str]) -> dict[str, Any]:

@@ -11,9 +11,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from service.agent.outcomes import OUTCOME_UNKNOWN, answer_problem, is_outcome_interrupt
 from service.client import commands
 from service.client.kafka_io import ClientError
 from service.wire.commands import ResumeCommand
+
+OUTCOME_FLAGS = "--supply-result JSON, --retry or --fail MSG"
+
+
+@dataclass(frozen=True, slots=True)
+class PendingInterrupt:
+    id: str
+    name: str
+    reason: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,9 +33,18 @@ class Pause:
     session_id: str
     committed: bool = False
     checkpoint: dict[str, Any] | None = None
-    interrupt_ids: tuple[str, ...] = ()
+    interrupts: tuple[PendingInterrupt, ...] = ()
     running: str | None = None
     """The command the session is running past a boundary (not paused), if any."""
+
+    @property
+    def interrupt_ids(self) -> tuple[str, ...]:
+        return tuple(i.id for i in self.interrupts)
+
+    @property
+    def outcome_ids(self) -> tuple[str, ...]:
+        """The pending ``tool_outcome_unknown`` interrupts (by id, as the engine tells them)."""
+        return tuple(i for i in self.interrupt_ids if is_outcome_interrupt(i))
 
     @classmethod
     def of(cls, session_id: str, state: dict[str, Any] | None) -> Pause:
@@ -38,7 +57,10 @@ class Pause:
             session_id,
             committed=True,
             checkpoint=state.get("checkpoint") or None,
-            interrupt_ids=tuple(str(i.get("id")) for i in pending.get("interrupts") or []),
+            interrupts=tuple(
+                PendingInterrupt(str(i.get("id")), str(i.get("name")), i.get("reason"))
+                for i in pending.get("interrupts") or []
+            ),
             running=str(inflight["command_id"]) if inflight.get("command_id") else None,
         )
 
@@ -60,9 +82,16 @@ class Pause:
     def resume(self, command_id: str | None) -> ResumeCommand:
         """A resume from the pending checkpoint; refused unless one is pending."""
         if self.interrupt_ids:
+            how = "--answer ID=JSON"
+            if self.outcome_ids:
+                how = (
+                    OUTCOME_FLAGS
+                    if self.outcome_ids == self.interrupt_ids
+                    else f"--answer ID=JSON, or {OUTCOME_FLAGS} for {OUTCOME_UNKNOWN}"
+                )
             raise ClientError(
                 f"session {self.session_id!r} waits for answers to interrupts "
-                f"{list(self.interrupt_ids)}: use --answer ID=JSON"
+                f"{list(self.interrupt_ids)}: use {how}"
             )
         if not self.checkpoint:
             raise ClientError(
@@ -79,4 +108,39 @@ class Pause:
                 f"session {self.session_id!r} has no pending interrupt to answer: {self.describe()}"
             )
         parsed = commands.parse_answers(answers, self.interrupt_ids)
+        for interrupt_id, response in parsed.items():
+            # The engine would refuse the whole resume for it (invalid_command): say so now.
+            problem = answer_problem(response) if is_outcome_interrupt(interrupt_id) else None
+            if problem is not None:
+                raise commands.CommandInputError(
+                    f"answer for {interrupt_id!r} is not an answer to {OUTCOME_UNKNOWN}: "
+                    f"{problem} (use {OUTCOME_FLAGS})"
+                )
         return commands.resume_with_answers(self.session_id, parsed, command_id=command_id)
+
+    def answer_outcome(
+        self, answer: dict[str, Any], interrupt_id: str | None, command_id: str | None
+    ) -> ResumeCommand:
+        """``answer`` to one pending ``tool_outcome_unknown`` interrupt: ``interrupt_id``, or
+        the only one pending; refused unless it is pending."""
+        pending = list(self.outcome_ids)
+        if not pending:
+            raise ClientError(
+                f"session {self.session_id!r} has no pending {OUTCOME_UNKNOWN} interrupt to "
+                f"answer: {self.describe()}"
+            )
+        if interrupt_id is None:
+            if len(pending) > 1:
+                raise ClientError(
+                    f"session {self.session_id!r} has {len(pending)} pending {OUTCOME_UNKNOWN} "
+                    f"interrupts: pick one with --interrupt ID: {pending}"
+                )
+            interrupt_id = pending[0]
+        elif interrupt_id not in pending:
+            raise ClientError(
+                f"interrupt {interrupt_id!r} is not a pending {OUTCOME_UNKNOWN} interrupt of "
+                f"session {self.session_id!r}; pending: {pending}"
+            )
+        return commands.resume_with_answers(
+            self.session_id, {interrupt_id: answer}, command_id=command_id
+        )

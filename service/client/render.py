@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+
+from service.agent.outcomes import is_outcome_interrupt
 
 _TEXT_WIDTH = 400
 _IDS_SHOWN = 10
@@ -68,6 +71,46 @@ def message_summary(message: dict[str, Any] | None) -> str:
     return summary or "(empty)"
 
 
+def _when(epoch_s: Any) -> str:
+    if not isinstance(epoch_s, int | float) or isinstance(epoch_s, bool):
+        return "at an unknown time"
+    try:
+        moment = datetime.fromtimestamp(epoch_s, UTC)
+    except (OverflowError, OSError, ValueError):
+        return "at an unknown time"
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def outcome_line(interrupt: dict[str, Any]) -> str | None:
+    """What a ``tool_outcome_unknown`` interrupt asks, in words; None for any other interrupt."""
+    if not is_outcome_interrupt(str(interrupt.get("id"))):
+        return None
+    reason = interrupt.get("reason")
+    reason = reason if isinstance(reason, dict) else {}
+    return (
+        f"outcome unknown: tool {reason.get('tool_name')} (toolUseId {reason.get('tool_use_id')}, "
+        f"idempotency key {reason.get('idempotency_key')}) started "
+        f"{_when(reason.get('started_at'))} on {reason.get('instance') or 'an unknown instance'}"
+        " — it may or may not have run; answer with --supply-result JSON, --retry or --fail MSG"
+    )
+
+
+def _interrupt_hints(start: str, interrupts: Sequence[dict[str, Any]]) -> list[str]:
+    ids = [str(i.get("id")) for i in interrupts]
+    outcomes = [i for i in ids if is_outcome_interrupt(i)]
+    others = [i for i in ids if not is_outcome_interrupt(i)]
+    lines = []
+    if others == ids and len(ids) == 1:
+        lines.append(f"  next: {start} --answer true --wait")
+    elif others:
+        answers = " ".join(f"--answer {shlex.quote(i + '=true')}" for i in others)
+        lines.append(f"  next: {start} {answers} --wait")
+    for interrupt_id in outcomes:
+        pick = f" --interrupt {shlex.quote(interrupt_id)}" if len(outcomes) > 1 else ""
+        lines.append(f"  next: {start}{pick} (--supply-result JSON | --retry | --fail MSG) --wait")
+    return lines
+
+
 def next_step_lines(result: dict[str, Any], connection: Sequence[str] = ()) -> list[str]:
     """The command that continues a paused session, with the connection options given to this one.
 
@@ -80,11 +123,7 @@ def next_step_lines(result: dict[str, Any], connection: Sequence[str] = ()) -> l
     if reason == "checkpoint":
         return [f"  next: {start} --wait"]
     if reason == "interrupt":
-        ids = [str(i.get("id")) for i in result.get("interrupts") or []]
-        if len(ids) == 1:
-            return [f"  next: {start} --answer true --wait"]
-        answers = " ".join(f"--answer {shlex.quote(i + '=true')}" for i in ids)
-        return [f"  next: {start} {answers} --wait"]
+        return _interrupt_hints(start, result.get("interrupts") or [])
     return []
 
 
@@ -124,8 +163,11 @@ def result_lines(result: dict[str, Any], connection: Sequence[str] = ()) -> list
             f"  checkpoint: {checkpoint.get('position')} (cycle {checkpoint.get('cycle_index')})"
         )
     for interrupt in result.get("interrupts") or []:
+        outcome = outcome_line(interrupt)
         lines.append(
-            f"  interrupt: {interrupt.get('name')} reason={_json(interrupt.get('reason'))}"
+            f"  {outcome}"
+            if outcome
+            else f"  interrupt: {interrupt.get('name')} reason={_json(interrupt.get('reason'))}"
         )
         lines.append(f"    id: {interrupt.get('id')}")
     error = result.get("error")
@@ -198,11 +240,15 @@ def state_lines(state: dict[str, Any] | None) -> list[str]:
     checkpoint = state.get("checkpoint")
     if interrupts:
         lines.append("  paused at: interrupt (answer to continue)")
-        lines.extend(
-            f"    {interrupt.get('name')} id={interrupt.get('id')} "
-            f"reason={_json(interrupt.get('reason'))}"
-            for interrupt in interrupts
-        )
+        for interrupt in interrupts:
+            outcome = outcome_line(interrupt)
+            if outcome:
+                lines.extend([f"    {outcome}", f"      id: {interrupt.get('id')}"])
+            else:
+                lines.append(
+                    f"    {interrupt.get('name')} id={interrupt.get('id')} "
+                    f"reason={_json(interrupt.get('reason'))}"
+                )
     elif checkpoint:
         lines.append(
             f"  paused at: checkpoint {checkpoint.get('position')} "

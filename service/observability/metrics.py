@@ -121,6 +121,13 @@ class Metrics:
             "Sessions deleted after being idle longer than sessions.idle_ttl_s.",
             registry=r,
         )
+        self._outcome_unknown = Counter(
+            "cairn_tool_outcome_unknown",
+            "Tools of effect once found started without a result (their owner stopped while they "
+            "ran): the session paused on a tool_outcome_unknown interrupt instead of running "
+            "them again.",
+            registry=r,
+        )
         self._hanging = Counter(
             "cairn_hanging_transactions_aborted",
             "Open transactions found on a partition an owner writes, left by no live producer, "
@@ -190,6 +197,9 @@ class Metrics:
 
     def session_expired(self) -> None:
         self._expired.inc()
+
+    def tool_outcome_unknown(self, count: int = 1) -> None:
+        self._outcome_unknown.inc(count)
 
     def hanging_transaction_aborted(self, topic: str) -> None:
         self._hanging.labels(topic[:249]).inc()

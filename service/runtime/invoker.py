@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -29,10 +31,12 @@ from service.agent.events import (
     ModelTextDelta,
     Stopped,
     ToolFinished,
+    ToolLedger,
     ToolStarted,
 )
 from service.agent.invocation import Invocation
 from service.agent.loop import run_invocation
+from service.agent.outcomes import OUTCOME_UNKNOWN
 from service.agent.state import SessionState
 from service.agent.types import AgentResult
 from service.observability.metrics import Metrics
@@ -55,6 +59,9 @@ logger = logging.getLogger(__name__)
 STATE_TOO_LARGE: ErrorCode = "limit_exceeded"
 """Error code of a command whose session state outgrew ``state_record_max_bytes``."""
 
+
+INSTANCE = f"{socket.gethostname()}:{os.getpid()}"
+"""This process, as the ledger of ``once`` tools records who started them."""
 
 FALLBACK_RESULT_MAX_BYTES = 16_384
 """Bound of the error result that replaces an output the broker refused: echoed metadata above
@@ -189,6 +196,7 @@ class Invoker:
             limits=command.limits,
             invocation_state=command.invocation_state,
             result_max_bytes=self._result_max_bytes,
+            instance=INSTANCE,
         )
         run = _Run(work=work, stored=stored, events=[], text=[])
         seq = stored.event_seq
@@ -232,6 +240,22 @@ class Invoker:
                         return
                     if self._stopping():
                         raise _AbandonedError
+                elif isinstance(event, ToolLedger):
+                    # A once tool starts only once its start is committed; its result is
+                    # committed as soon as it is in, not with the rest of the batch.
+                    delivery = self._delivery(command.session_id)
+                    outcome = self._commit_state(
+                        run,
+                        event.state,
+                        delivery.started(work.record.timestamp_ms),
+                        seq,
+                        finished=None,
+                        result=None,
+                    )
+                    if event.durable:
+                        await self._durable()
+                        if outcome.unwritten is not None:
+                            return
                 elif isinstance(event, Stopped):
                     delivery = self._delivery(command.session_id)
                     self._commit_state(
@@ -248,6 +272,10 @@ class Invoker:
                     seq = self._event(run, command, seq, *describe_event(event))
                     if isinstance(event, ToolStarted):
                         self._publish_progress(run, seq)
+                    elif isinstance(event, InterruptRaised):
+                        unknown = sum(i.name == OUTCOME_UNKNOWN for i in event.interrupts)
+                        if unknown:
+                            self._metrics.tool_outcome_unknown(unknown)
         finally:
             await events.aclose()
 

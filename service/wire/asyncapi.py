@@ -130,6 +130,25 @@ _MESSAGE_TEXT: dict[str, tuple[str, str]] = {
 }
 
 
+_OUTCOME_NOTE = (
+    "An interrupt named `tool_outcome_unknown` (id `v1:tool_outcome_unknown:<toolUseId>`) says "
+    "that a tool which must not run twice was started and may or may not have done its work; "
+)
+_MESSAGE_DESCRIPTIONS: dict[str, str] = {
+    "resume": "The `response` of an answer to a `tool_outcome_unknown` interrupt (id "
+    "`v1:tool_outcome_unknown:<toolUseId>`) is one of the three shapes of "
+    "`#/components/schemas/tool_outcome_answer`; any other is refused with `invalid_command`.",
+    "agent_result": _OUTCOME_NOTE
+    + "its `reason` is `#/components/schemas/tool_outcome_unknown_reason`.",
+    "event.interrupt_raised": _OUTCOME_NOTE
+    + "its `reason` is `#/components/schemas/tool_outcome_unknown_reason`.",
+    "session_state": "A pending `tool_outcome_unknown` interrupt has the `reason` "
+    "`#/components/schemas/tool_outcome_unknown_reason`.",
+}
+"""Where a message carries a shape of its own in an open field (``components/schemas`` lists
+those shapes beside the payloads)."""
+
+
 def _hoist(schemas: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Move every message's ``$defs`` into one components map and point refs at it."""
     components: dict[str, Any] = {}
@@ -165,6 +184,7 @@ def _message(name: str, examples: dict[str, Any]) -> dict[str, Any]:
         "title": title,
         "summary": summary,
         "contentType": "application/json",
+        **({"description": _MESSAGE_DESCRIPTIONS[name]} if name in _MESSAGE_DESCRIPTIONS else {}),
         "bindings": {"kafka": {"key": _SESSION_KEY, "bindingVersion": BINDING_VERSION}},
     }
     if name == "dlq_record":

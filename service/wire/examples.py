@@ -35,6 +35,7 @@ from service.wire.events import (
     ToolFinishedEvent,
     ToolStartedEvent,
 )
+from service.wire.outcome_examples import outcome_examples
 from service.wire.pauses import CheckpointResume, InterruptAnswer
 from service.wire.results import CancelReport, deleted_result, error_record, result_record
 from service.wire.session_record import SessionStateRecord
@@ -507,7 +508,8 @@ def _others() -> dict[str, tuple[str, Any]]:
 
 def all_examples() -> dict[str, tuple[str, Any]]:
     """``"<folder>/<name>" -> (schema name, JSON value)`` for every example file."""
-    built = {**_commands(), **_results(), **_events(), **_others()}
+    outcomes = outcome_examples(METADATA, _metrics(0, {}, 1))
+    built = {**_commands(), **_results(), **outcomes, **_events(), **_others()}
     return {
         name: (schema, _json(value) if isinstance(value, BaseModel) else value)
         for name, (schema, value) in built.items()

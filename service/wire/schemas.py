@@ -1,7 +1,8 @@
 """JSON Schemas (draft 2020-12) of every message, generated from the wire models.
 
-One schema per message, named as its file in ``contracts/schemas/``; the models stay the single
-source, so a schema can only change when a model does.
+One schema per message, and one per shape a message carries in a field it leaves open (an
+interrupt's ``reason``, an answer's ``response``), named as its file in ``contracts/schemas/``;
+the models stay the single source, so a schema can only change when a model does.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pydantic import BaseModel
 from service.wire.commands import CancelCommand, DeleteCommand, InvokeCommand, ResumeCommand
 from service.wire.dlq import DlqHeaders
 from service.wire.events import EVENT_TYPES
+from service.wire.outcomes import ToolOutcomeAnswer, ToolOutcomeUnknownReason
 from service.wire.results import ResultRecord
 from service.wire.session_record import SessionStateRecord
 
@@ -31,6 +33,14 @@ MESSAGE_MODELS: dict[str, type[BaseModel]] = {
 }
 """Schema name -> model; the name is also the example folder and the AsyncAPI message id."""
 
+PART_MODELS: dict[str, type[BaseModel]] = {
+    "tool_outcome_unknown_reason": ToolOutcomeUnknownReason,
+    "tool_outcome_answer": ToolOutcomeAnswer,
+}
+"""Schema name -> model of a shape inside a message's open field: the ``reason`` of a
+``tool_outcome_unknown`` interrupt and the ``response`` that answers it. Their examples are
+inside the message examples that carry them; the AsyncAPI document lists them as schemas."""
+
 
 def _strip_field_titles(node: Any) -> None:
     # Generated per-field titles ("Cycle Index") add noise for other languages' generators.
@@ -46,12 +56,12 @@ def _strip_field_titles(node: Any) -> None:
 
 
 def message_schema(name: str) -> dict[str, Any]:
-    """The standalone JSON Schema of one message (its shared parts under ``$defs``)."""
-    model = MESSAGE_MODELS[name]
+    """The standalone JSON Schema of one message or part (its shared parts under ``$defs``)."""
+    model = MESSAGE_MODELS.get(name) or PART_MODELS[name]
     body = model.model_json_schema(by_alias=True, mode="validation")
     _strip_field_titles(body)
     return {"$schema": DRAFT, "$id": f"{ID_PREFIX}{name}", **body}
 
 
 def all_schemas() -> dict[str, dict[str, Any]]:
-    return {name: message_schema(name) for name in MESSAGE_MODELS}
+    return {name: message_schema(name) for name in (*MESSAGE_MODELS, *PART_MODELS)}

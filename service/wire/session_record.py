@@ -18,6 +18,15 @@ SessionVersion = Literal[2]
 """Session-state versions this build writes; older ones are upcast by the sessions codec."""
 
 
+class ToolStart(PartModel):
+    """When and where a ``once`` tool was started."""
+
+    at: float
+    """Epoch seconds."""
+    instance: str
+    """The instance that ran it (host and process)."""
+
+
 class PendingBatch(PartModel):
     """A tool batch without its results message yet; ``interrupts`` non-empty while waiting."""
 
@@ -25,6 +34,15 @@ class PendingBatch(PartModel):
     results: dict[str, WrittenBlock]
     """Completed toolResult blocks by toolUseId."""
     interrupts: list[Interrupt]
+    started: dict[str, ToolStart] | None = None
+    """``once`` tools started and without a result yet, by toolUseId; absent when none."""
+
+    @model_serializer(mode="wrap")
+    def _omit_no_started(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if not data.get("started"):
+            data.pop("started", None)
+        return data
 
 
 class Inflight(PartModel):

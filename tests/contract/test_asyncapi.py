@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -124,3 +125,21 @@ def test_dlq_headers_and_embedded_examples_validate(doc: dict[str, Any]) -> None
             assert not errors, (message["name"], errors[0].message)
             checked += 1
     assert checked == len(doc["components"]["messages"])
+
+
+def test_the_shapes_inside_open_fields_are_described_and_named_where_they_go(
+    doc: dict[str, Any],
+) -> None:
+    schemas = doc["components"]["schemas"]
+    assert {"tool_outcome_unknown_reason", "tool_outcome_answer"} <= set(schemas)
+    messages = doc["components"]["messages"]
+    named = {
+        name: re.findall(r"`(#/components/schemas/[a-z_]+)`", message.get("description", ""))
+        for name, message in messages.items()
+    }
+    assert named["resume"] == ["#/components/schemas/tool_outcome_answer"]
+    for carrier in ("agent_result", "event.interrupt_raised", "session_state"):
+        assert named[carrier] == ["#/components/schemas/tool_outcome_unknown_reason"], carrier
+    for refs in named.values():
+        for ref in refs:
+            _resolve(doc, ref)

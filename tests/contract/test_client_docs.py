@@ -36,6 +36,7 @@ def test_the_guide_shows_the_same_commands_as_the_examples() -> None:
         "invoke/text-prompt.json",
         "resume/checkpoint.json",
         "resume/interrupt-answers.json",
+        "resume/tool-outcome-result.json",
         "delete/session.json",
     ):
         example = orjson.loads((REPO / "contracts" / "examples" / rel).read_bytes())

@@ -146,6 +146,17 @@ async def tick(step: int) -> str:
     return f"tick {step}"
 
 
+@tool(name="tick", effect="once")
+async def tick_once(step: int) -> str:
+    """Return at once, on the event loop; recorded in the ledger of once tools first (for the
+    benchmark of what that costs).
+
+    Args:
+        step: Which cycle asked.
+    """
+    return f"tick {step}"
+
+
 @tool
 async def slow(step: int, context: ToolContext) -> str:
     """Record this call, then take ``CAIRN_TEST_TOOL_SLEEP`` seconds.
@@ -176,6 +187,9 @@ def registry() -> Mapping[str, AgentDefinition]:
         "cycles": AgentDefinition(name="cycles", model=CycleModel(2), tools=[record]),
         "bench": AgentDefinition(
             name="bench", model=CycleModel(3, "tick"), tools=[tick], checkpointing=True
+        ),
+        "bench-once": AgentDefinition(
+            name="bench-once", model=CycleModel(3, "tick"), tools=[tick_once], checkpointing=True
         ),
         "long": AgentDefinition(name="long", model=CycleModel(6), tools=[record]),
         "bulky": AgentDefinition(name="bulky", model=CycleModel(4, "bulky"), tools=[bulky]),

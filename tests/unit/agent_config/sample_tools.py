@@ -36,3 +36,19 @@ NOT_A_TOOL = 42
 class Audit(HookProvider):
     def register_hooks(self, registry: HookRegistry) -> None:
         return None
+
+
+@tool(effect="once", timeout_s=30)
+def pay(order_id: str, amount: float) -> str:
+    """Charge the customer."""
+    return f"charged {amount} for {order_id}"
+
+
+@tool(timeout_s=10, retries=3, backoff=2)
+def fetch_rates(currency: str) -> str:
+    """Today's exchange rates."""
+    return f"rates for {currency}"
+
+
+PAYMENTS = [pay, fetch_rates]
+EMPTY: list[object] = []

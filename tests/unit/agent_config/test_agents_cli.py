@@ -69,6 +69,72 @@ def test_json_output(
     assert SECRET not in out
 
 
+POLICIES = """
+[[agents]]
+name = "shop"
+model = "m"
+provider = { type = "openai_compat" }
+tools = [
+    "sample_tools:lookup_order",
+    "sample_tools:pay",
+    { path = "sample_tools:refund", effect = "once" },
+    { path = "sample_tools:add", retries = 2, backoff = 0.5 },
+    "sample_tools:fetch_rates",
+]
+"""
+
+
+def test_the_table_shows_each_tools_policy_unless_default(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "agents.toml"
+    path.write_text(POLICIES)
+    assert main(["agents", "list", "--config", str(path)]) == 0
+    header, row = capsys.readouterr().out.splitlines()
+    tools = row[header.index("TOOLS") : header.index("EXECUTOR")].rstrip()
+    assert tools == (
+        "lookup_order, pay (once, timeout 30s), refund (once), "
+        "add (idempotent, retries 2, backoff 0.5s), "
+        "fetch_rates (idempotent, timeout 10s, retries 3, backoff 2s)"
+    )
+    assert row[header.index("EXECUTOR") :].split()[0] == "sequential"
+
+
+def test_json_adds_tool_policies_beside_the_tool_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "agents.toml"
+    path.write_text(POLICIES)
+    assert main(["agents", "list", "--config", str(path), "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert list(row) == [
+        "name", "provider", "model", "base_url", "tools", "tool_policies", "executor",
+        "checkpointing", "limits",
+    ]  # fmt: skip
+    assert row["tools"] == ["lookup_order", "pay", "refund", "add", "fetch_rates"]
+    assert row["tool_policies"] == {
+        "lookup_order": {"effect": "idempotent", "timeout_s": None, "retries": 0, "backoff_s": 1.0},
+        "pay": {"effect": "once", "timeout_s": 30.0, "retries": 0, "backoff_s": 1.0},
+        "refund": {"effect": "once", "timeout_s": None, "retries": 0, "backoff_s": 1.0},
+        "add": {"effect": "idempotent", "timeout_s": None, "retries": 2, "backoff_s": 0.5},
+        "fetch_rates": {"effect": "idempotent", "timeout_s": 10.0, "retries": 3, "backoff_s": 2.0},
+    }
+
+
+def test_a_refused_tool_table_exits_1_naming_agent_and_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "agents.toml"
+    path.write_text(POLICIES.replace("retries = 2, backoff = 0.5", 'effect = "once", retries = 2'))
+    assert main(["agents", "list", "--config", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        f"cairn agents list: {path}: agent 'shop': tool 'sample_tools:add': "
+        "retries apply only to idempotent tools, not to effect='once'"
+    ]
+
+
 def test_invalid_deployment_exits_1_with_the_reason(
     agents_file: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -220,6 +220,10 @@ def test_describe_agents_lists_what_is_hosted(tmp_path: Path) -> None:
         "model": "gpt-4o-mini",
         "base_url": "http://127.0.0.1:8000/v1",
         "tools": ["lookup_order", "refund", "add", "multiply"],
+        "tool_policies": {
+            name: {"effect": "idempotent", "timeout_s": None, "retries": 0, "backoff_s": 1.0}
+            for name in ["lookup_order", "refund", "add", "multiply"]
+        },
         "executor": "concurrent",
         "checkpointing": True,
         "limits": {"max_cycles": 8, "max_tokens": None, "deadline_s": 120.0},
