@@ -40,6 +40,18 @@ def _start(cluster: Cluster, name: str, gates: Path) -> ServiceProcess:
     return cluster.start(name, CAIRN_AGENTS=AGENTS, CAIRN_TEST_GATE_DIR=str(gates))
 
 
+async def _victim(
+    cluster: Cluster, procs: list[ServiceProcess], gates: Path, *held: str
+) -> ServiceProcess:
+    """The first owner, ready, with the tools named in ``held`` held inside their run."""
+    for name in held:
+        (gates / name).touch()
+    victim = _start(cluster, "victim", gates)
+    procs.append(victim)
+    await victim.wait_ready()
+    return victim
+
+
 async def _result_of(cluster: Cluster, session: str, tool_use_id: str) -> dict[str, Any]:
     """The toolResult the session's committed history holds for ``tool_use_id``."""
     state, _ = await last_session_state(cluster, session)
@@ -70,10 +82,7 @@ async def _kill_while_charging(
 ) -> tuple[dict[str, Any], dict[str, Any], ServiceProcess]:
     """Start a turn, kill its owner while ``charge`` runs; the next owner's answer and the
     command it answers."""
-    (gates / "charge").touch()
-    victim = _start(cluster, "victim", gates)
-    procs.append(victim)
-    await victim.wait_ready()
+    victim = await _victim(cluster, procs, gates, "charge")
     command = invoke(session, "go", agent="ledger-sequential")
     await client.send(command)
     await wait_for(lambda: _calls(cluster, session)["charge"] == 1, 30, "charge running")
@@ -135,11 +144,8 @@ async def test_a_once_tool_that_finished_before_the_kill_is_not_asked_about(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     session = unique("s")
-    (tmp_path / "fetch").touch()
     with services() as procs:
-        victim = _start(cluster, "victim", tmp_path)
-        procs.append(victim)
-        await victim.wait_ready()
+        victim = await _victim(cluster, procs, tmp_path, "fetch")
         async with Client(cluster) as client:
             command = invoke(session, "go", agent="ledger-sequential")
             await client.send(command)
@@ -176,11 +182,8 @@ async def test_the_idempotent_tool_of_the_batch_runs_again_without_asking(
 ) -> None:
     session = unique("s")
     (tmp_path / "charge").touch()
-    (tmp_path / "fetch").touch()
     with services() as procs:
-        victim = _start(cluster, "victim", tmp_path)
-        procs.append(victim)
-        await victim.wait_ready()
+        victim = await _victim(cluster, procs, tmp_path, "fetch")
         async with Client(cluster) as client:
             command = invoke(session, "go", agent="ledger-concurrent")
             await client.send(command)
@@ -218,11 +221,8 @@ async def test_with_checkpointing_the_redelivered_resume_asks_too(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     session = unique("s")
-    (tmp_path / "charge").touch()
     with services() as procs:
-        victim = _start(cluster, "victim", tmp_path)
-        procs.append(victim)
-        await victim.wait_ready()
+        victim = await _victim(cluster, procs, tmp_path, "charge")
         async with Client(cluster) as client:
             command = invoke(session, "go", agent="ledger-sequential", checkpointing=True)
             await client.send(command)
