@@ -219,16 +219,7 @@ class Invoker:
                         "paused": False,
                     }
                     seq = self._event(run, command, seq, "checkpoint_reached", data)
-                    # A cancel read later, by another owner, must know whether it covers this.
-                    delivery = self._delivery(command.session_id)
-                    outcome = self._commit_state(
-                        run,
-                        event.state,
-                        delivery.started(work.record.timestamp_ms),
-                        seq,
-                        finished=None,
-                        result=None,
-                    )
+                    outcome = self._commit_inflight(run, event.state, seq)
                     now = time.perf_counter()
                     observe_step(now - step_started)
                     step_started = now
@@ -243,15 +234,7 @@ class Invoker:
                 elif isinstance(event, ToolLedger):
                     # A once tool starts only once its start is committed; its result is
                     # committed as soon as it is in, not with the rest of the batch.
-                    delivery = self._delivery(command.session_id)
-                    outcome = self._commit_state(
-                        run,
-                        event.state,
-                        delivery.started(work.record.timestamp_ms),
-                        seq,
-                        finished=None,
-                        result=None,
-                    )
+                    outcome = self._commit_inflight(run, event.state, seq)
                     if event.durable:
                         await self._durable()
                         if outcome.unwritten is not None:
@@ -278,6 +261,13 @@ class Invoker:
                             self._metrics.tool_outcome_unknown(unknown)
         finally:
             await events.aclose()
+
+    def _commit_inflight(self, run: _Run, state: SessionState, seq: int) -> Outcome:
+        """Commit a state whose in-flight marker names the running command; a cancel read
+        later, by another owner, must know whether it covers that command."""
+        delivery = self._delivery(run.work.session_id)
+        published = delivery.started(run.work.record.timestamp_ms)
+        return self._commit_state(run, state, published, seq, finished=None, result=None)
 
     def _commit_state(
         self,

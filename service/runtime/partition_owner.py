@@ -35,7 +35,12 @@ from service.runtime.records import dlq_record, event_record, parse_command, ses
 from service.runtime.restore import SessionsReader
 from service.runtime.session_queue import SessionQueues
 from service.runtime.standby import Standby
-from service.runtime.transactions import resolve_open_transactions, vouched
+from service.runtime.transactions import (
+    WATCH_S,
+    resolve_open_transactions,
+    vouched,
+    watch_stable_offsets,
+)
 from service.runtime.work import CommandWork, InputRecord, Outcome
 from service.sessions.table import SqliteTable
 from service.sessions.writer import SessionWriter
@@ -205,13 +210,14 @@ class PartitionOwner:
         producer = self._producer
         assert producer is not None
         await producer.start()
+        written = [
+            TopicPartition(topic, self.partition)
+            for topic in (self._topics.sessions, self._topics.results, self._topics.events)
+        ]
         left = await resolve_open_transactions(
             producer,
             self._ctx.sessions,
-            [
-                TopicPartition(topic, self.partition)
-                for topic in (self._topics.sessions, self._topics.results, self._topics.events)
-            ],
+            written,
             self._ctx.metrics,
             keep=frozenset((self._topics.results, self._topics.events)),
         )
@@ -271,6 +277,13 @@ class PartitionOwner:
             committer.submit(Outcome(records=again))
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(committer.run())
+            tasks.create_task(
+                watch_stable_offsets(
+                    self._ctx.sessions,
+                    written,
+                    limit_s=settings.runtime.commit_timeout_s + WATCH_S,
+                )
+            )
             self._guard = PoisonGuard(
                 writer=writer,
                 submit=committer.submit,

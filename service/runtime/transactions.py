@@ -60,6 +60,56 @@ class HangingTransactionError(RuntimeError):
     """A transaction stays open on a partition after our abort: another producer id holds it."""
 
 
+class StuckTransactionError(RuntimeError):
+    """A transaction has stayed open on a partition this owner writes for longer than any of
+    its own can last: a new owner must repair it (:func:`resolve_open_transactions`)."""
+
+
+WATCH_S = 5.0
+"""How often a running owner looks at the stable offsets of the partitions it writes."""
+
+
+async def watch_stable_offsets(
+    reader: OpenTransactionsReader,
+    partitions: list[TopicPartition],
+    *,
+    limit_s: float,
+    interval_s: float = WATCH_S,
+) -> None:
+    """Raise :class:`StuckTransactionError` once a partition's stable offset has stayed below
+    its end, at one offset, for longer than ``limit_s``.
+
+    An owner's own transactions end within its commit timeout, so a gap that outlives it is a
+    batch whose markers were lost, most likely one of this owner's commits that the broker
+    acknowledged and then forgot in a restart: its records stay invisible, and hold back every
+    later one, until something ends it. A running owner does not otherwise notice (it believes
+    the commit done); failing it makes the next owner repair the partition at its start. A
+    failed look (the broker away) is not a finding: the next round looks again.
+    """
+    loop = asyncio.get_running_loop()
+    stuck_since: dict[TopicPartition, tuple[int, float]] = {}
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            offsets = await reader.stable_and_end(partitions)
+        except Exception as exc:  # noqa: BLE001 - a failed look changes nothing
+            logger.debug("error=<%s> | stable offsets not read, looking again later", exc)
+            continue
+        now = loop.time()
+        for tp, (stable, end) in offsets.items():
+            seen = stuck_since.get(tp)
+            if stable >= end:
+                stuck_since.pop(tp, None)
+            elif seen is None or seen[0] != stable:
+                stuck_since[tp] = (stable, now)
+            elif now - seen[1] > limit_s:
+                raise StuckTransactionError(
+                    f"{tp.topic}-{tp.partition}: a transaction has stayed open at offset "
+                    f"{stable} (end {end}) for {now - seen[1]:.0f} s, longer than any commit "
+                    "of this owner: its markers were lost; a new owner repairs the partition"
+                )
+
+
 async def resolve_open_transactions(
     producer: AIOKafkaProducer,
     reader: OpenTransactionsReader,

@@ -21,6 +21,7 @@ from tests.support.runtime_harness import (
     checkpoint_resume,
     invoke,
     last_session_state,
+    metric_total,
     resume,
     services,
     unique,
@@ -120,6 +121,7 @@ async def test_a_once_tool_killed_while_it_ran_is_asked_about_not_run_again(
             assert isinstance(reason["started_at"], float)
             # The next owner did not run it: one call, the victim's.
             assert _calls(cluster, session)["charge"] == 1
+            assert await metric_total(fresh, "cairn_tool_outcome_unknown") == 1
             (tmp_path / "charge").unlink()
             answered = resume(
                 session,

@@ -7,17 +7,15 @@ from __future__ import annotations
 import signal
 from collections import Counter
 
-import aiohttp
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.runtime_harness import (
     Client,
     Cluster,
     ServiceProcess,
     committed_records,
-    health_port,
     invoke,
+    metric_total,
     services,
     unique,
     wait_for,
@@ -27,16 +25,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.faults, pytest.mark.timeout(180)]
 
 
 async def _restored_records(proc: ServiceProcess) -> float:
-    port = await health_port(proc)
-    async with (
-        aiohttp.ClientSession() as http,
-        http.get(f"http://127.0.0.1:{port}/metrics") as response,
-    ):
-        text = await response.text()
-    for family in text_string_to_metric_families(text):
-        if family.name == "cairn_restored_records":
-            return sum(s.value for s in family.samples if s.name.endswith("_total"))
-    raise AssertionError("no cairn_restored_records metric")
+    return await metric_total(proc, "cairn_restored_records")
 
 
 async def test_a_standby_takes_a_killed_owners_partitions_over_from_its_copy(

@@ -9,6 +9,7 @@ and the partition must answer what follows.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import orjson
@@ -116,3 +117,47 @@ async def test_open_results_are_published_when_the_state_vouches_for_them(
             stable, end = await partition_offsets(broker.bootstrap, results)
             assert stable == end
             assert proc.alive, proc.text()[-3000:]
+
+
+async def test_a_batch_left_open_while_the_owner_serves_is_repaired_without_a_new_command(
+    tmp_path: Path,
+) -> None:
+    """A commit the broker acknowledged and then lost the markers of leaves a running owner with
+    nothing to notice: it is idle, its records stay invisible. It must see the gap outlive any
+    commit of its own and have the partition repaired (the unvouched result never shows)."""
+    with own_broker(tmp_path / "kafka", VERIFICATION_OFF) as broker:
+        cluster = Cluster(broker.bootstrap, tmp_path, partitions=1)
+        await cluster.create_topics()
+        session, lost = unique("s"), unique("c")
+        results = TopicPartition(cluster.topics.results, 0)
+        with services() as procs:
+            proc = cluster.start("only")
+            procs.append(proc)
+            await proc.wait_ready()
+            async with Client(cluster) as client:
+                first = invoke(session, "hello", agent="simple")
+                await client.send(first)
+                await client.result(first["command_id"], 60, alive=proc)
+                await fabricate_hanging_transaction(
+                    broker.bootstrap,
+                    f"{cluster.group}-0",
+                    results,
+                    key=session.encode(),
+                    value=result_value(session, lost),
+                )
+
+                async def repaired() -> bool:
+                    stable, end = await partition_offsets(broker.bootstrap, results)
+                    return stable == end
+
+                deadline = asyncio.get_running_loop().time() + 90
+                while not await repaired():
+                    assert proc.alive, proc.text()[-3000:]
+                    assert asyncio.get_running_loop().time() < deadline, "never repaired"
+                    await asyncio.sleep(0.5)
+                after = invoke(session, "still there?", agent="simple")
+                await client.send(after)
+                await client.result(after["command_id"], 60, alive=proc)
+                await client.caught_up()
+                assert client.results_for(lost) == []
+                assert len(client.results_for(first["command_id"])) == 1

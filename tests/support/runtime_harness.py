@@ -22,9 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from prometheus_client.parser import text_string_to_metric_families
 
 from service.agent.state import SessionState
 from service.runtime.topics import create_topics
@@ -441,3 +443,17 @@ async def health_port(proc: ServiceProcess) -> int:
     match = _HEALTH_PORT.search(proc.text())
     assert match is not None, proc.text()[-2000:]
     return int(match.group(1))
+
+
+async def metric_total(proc: ServiceProcess, family: str) -> float:
+    """The sum of the ``_total`` samples of a counter family on the process's ``/metrics``."""
+    port = await health_port(proc)
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://127.0.0.1:{port}/metrics") as response,
+    ):
+        text = await response.text()
+    for found in text_string_to_metric_families(text):
+        if found.name == family:
+            return sum(s.value for s in found.samples if s.name.endswith("_total"))
+    raise AssertionError(f"no {family} metric")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -13,8 +14,10 @@ from service.observability.metrics import Metrics
 from service.runtime.transactions import (
     PROBE_KEY,
     HangingTransactionError,
+    StuckTransactionError,
     resolve_open_transactions,
     vouched,
+    watch_stable_offsets,
 )
 from service.runtime.work import OutRecord
 from service.sessions.delivery import Delivery
@@ -162,3 +165,52 @@ def test_only_what_the_committed_state_records_is_published_again() -> None:
     ]
     kept = vouched(left, store, "t.results", "t.events")
     assert kept == [left[0], left[3]]
+
+
+class Series:
+    """Serves a scripted (stable, end) per look for one partition; a look past the script, or
+    one scripted as an exception, fails the way a broker away would."""
+
+    def __init__(self, looks: list[tuple[int, int] | Exception]) -> None:
+        self.looks = looks
+
+    async def stable_and_end(
+        self, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        look = self.looks.pop(0) if self.looks else ConnectionError("no broker")
+        if isinstance(look, Exception):
+            raise look
+        return dict.fromkeys(partitions, look)
+
+    async def read_open(self, tp: TopicPartition, start: int, end: int) -> list[OutRecord]:
+        raise AssertionError("a running owner reads no open batch")
+
+
+async def _watch(looks: list[tuple[int, int] | Exception], limit_s: float) -> int:
+    """How many looks the watch took before it raised (it is stopped after the script)."""
+    series = Series(looks)
+    total = len(looks)
+    with pytest.raises(StuckTransactionError):
+        await asyncio.wait_for(
+            watch_stable_offsets(series, [SESSIONS], limit_s=limit_s, interval_s=0.01), 1.0
+        )
+    return total - len(series.looks)
+
+
+async def test_a_gap_stuck_at_one_offset_past_the_limit_fails_the_owner() -> None:
+    looks: list[tuple[int, int] | Exception] = [(12, 12), (12, 15)] + [(12, 15)] * 20
+    assert 3 < await _watch(looks, limit_s=0.03) < 20
+
+
+async def test_gaps_of_transactions_that_end_and_failed_looks_are_not_findings() -> None:
+    # The stable offset moves on at every look (each commit ends), or the look fails: the
+    # watch never raises; it stops only when the test stops waiting.
+    moving: list[tuple[int, int] | Exception] = [(10 + i, 14 + i) for i in range(30)]
+    failing: list[tuple[int, int] | Exception] = [(12, 15)] + [ConnectionError("away")] * 30
+    for looks in (moving, failing):
+        series = Series(list(looks))
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(
+                watch_stable_offsets(series, [SESSIONS], limit_s=0.05, interval_s=0.01),
+                0.2,
+            )
