@@ -122,6 +122,12 @@ TXN_BENCH_ARGS ?=
 bench-txn: $(INSTALLED)
 	$(BIN)/python bench/txn_cost.py $(TXN_BENCH_ARGS)
 
+# One transactional producer per partition (today) against one per instance, on the same work.
+STREAMS_BENCH_ARGS ?=
+.PHONY: bench-streams
+bench-streams: $(INSTALLED)
+	$(BIN)/python bench/txn_streams.py $(STREAMS_BENCH_ARGS)
+
 # Session state as head + history records: bytes and CPU per step by history length, restore
 # MB/s cold and warm (needs a broker: make kafka-up or CAIRN_TEST_BOOTSTRAP; skipped when none
 # listens), RSS by session count. Opt-in: --restore-mb 100,1000 --sessions 200000 --runtime.
