@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
 import pytest
 
 from service.agent.outcomes import (
@@ -22,9 +21,7 @@ from service.agent.outcomes import (
 )
 from service.cli import main
 from service.client import actions, commands, render
-from service.client.kafka_io import Seen
-from service.wire.codec import decode_command
-from tests.support.fake_reader import FakeReader
+from tests.unit.client.client_double import FakeKafka, answers_sent, installed, result
 
 STARTED_AT = datetime(2026, 11, 30, 10, 0, tzinfo=UTC).timestamp()
 T1, T2 = outcome_interrupt_id("t1"), outcome_interrupt_id("t2")
@@ -68,63 +65,9 @@ def state(*interrupts: dict[str, Any], checkpoint: dict[str, Any] | None = None)
     }
 
 
-def result(command_id: str, stop_reason: str, **fields: Any) -> dict[str, Any]:
-    return {
-        "type": "agent_result",
-        "schema_version": 1,
-        "session_id": "s1",
-        "command_id": command_id,
-        "stop_reason": stop_reason,
-        **fields,
-    }
-
-
-class FakeKafka:
-    """The session as committed, how often it was read, and every command published."""
-
-    def __init__(self) -> None:
-        self.committed: dict[str, Any] | None = None
-        self.results: list[dict[str, Any]] = []
-        self.reads = 0
-        self.sent: list[dict[str, Any]] = []
-        self._unread: list[Seen] = []
-
-    async def session_state(self, settings: object, session_id: str) -> dict[str, Any] | None:
-        self.reads += 1
-        return self.committed
-
-    async def last_results(
-        self, settings: object, session_id: str, limit: int
-    ) -> list[dict[str, Any]]:
-        return self.results[-limit:]
-
-    async def publish(
-        self, kafka: object, topic: str, session_id: str, value: bytes
-    ) -> tuple[int, int]:
-        # Every command the client sends is one the service decodes.
-        assert decode_command(value).type == "resume"
-        command = orjson.loads(value)
-        self.sent.append(command)
-        body = result(command["command_id"], "end_turn")
-        self._unread.append(Seen("results", 1, len(self.sent), session_id, body, None))
-        return 1, len(self.sent) - 1
-
-    def reader(self, *args: object, **kwargs: object) -> FakeReader:
-        return FakeReader(self)
-
-
 @pytest.fixture
 def kafka(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKafka]:
-    fake = FakeKafka()
-    monkeypatch.setattr(actions, "session_state", fake.session_state)
-    monkeypatch.setattr(actions, "last_results", fake.last_results)
-    monkeypatch.setattr(actions, "publish", fake.publish)
-    monkeypatch.setattr(actions, "Reader", fake.reader)
-    yield fake
-
-
-def answers_sent(kafka: FakeKafka) -> list[dict[str, Any]]:
-    return [item["interruptResponse"] for item in kafka.sent[-1]["resume"]]
+    yield from installed(monkeypatch, FakeKafka())
 
 
 def resume(*args: str) -> int:

@@ -9,13 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import orjson
 import pytest
 
 from service.cli import main
 from service.client import actions
 from service.client.kafka_io import Seen
-from tests.support.fake_reader import FakeReader
+from tests.unit.client.client_double import FakeKafka, answers_sent, installed, result
 
 IID = "v1:tool_call:tooluse_3_0:225d3982-9eb3-5ce9-93ca-f09a444307f7"
 CHECKPOINT = {"position": "after_tools", "cycle_index": 1, "schema_version": "1.0"}
@@ -50,17 +49,6 @@ def state(
     }
 
 
-def result(command_id: str, stop_reason: str, **fields: Any) -> dict[str, Any]:
-    return {
-        "type": "agent_result",
-        "schema_version": 1,
-        "session_id": "s1",
-        "command_id": command_id,
-        "stop_reason": stop_reason,
-        **fields,
-    }
-
-
 REFUSED = result(
     "c3",
     "error",
@@ -69,53 +57,13 @@ REFUSED = result(
 """The last result after an invoke was refused while the session was paused."""
 
 
-class FakeKafka:
-    """The session as committed, and every command published (each answered at once)."""
-
-    def __init__(self, committed: dict[str, Any] | None, results: list[dict[str, Any]]) -> None:
-        self.committed = committed
-        self.results = results
-        self.sent: list[dict[str, Any]] = []
-        self.answer_with = "checkpoint"
-        self._unread: list[Seen] = []
-
-    async def session_state(self, settings: object, session_id: str) -> dict[str, Any] | None:
-        return self.committed
-
-    async def last_results(
-        self, settings: object, session_id: str, limit: int
-    ) -> list[dict[str, Any]]:
-        return self.results[-limit:]
-
-    async def publish(
-        self, kafka: object, topic: str, session_id: str, value: bytes
-    ) -> tuple[int, int]:
-        command = orjson.loads(value)
-        self.sent.append(command)
-        extra: dict[str, Any] = {
-            "checkpoint": {"checkpoint": CHECKPOINT},
-            "interrupt": {"interrupts": [{"id": IID, "name": "approval", "reason": None}]},
-        }.get(self.answer_with, {})
-        body = result(command["command_id"], self.answer_with, **extra)
-        self._unread.append(Seen("results", 1, len(self.sent), session_id, body, None))
-        return 1, len(self.sent) - 1
-
-    def reader(self, *args: object, **kwargs: object) -> FakeReader:
-        return FakeReader(self)
-
-
 @pytest.fixture
 def kafka(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKafka]:
-    fake = FakeKafka(None, [])
-    monkeypatch.setattr(actions, "session_state", fake.session_state)
-    monkeypatch.setattr(actions, "last_results", fake.last_results)
-    monkeypatch.setattr(actions, "publish", fake.publish)
-    monkeypatch.setattr(actions, "Reader", fake.reader)
-    yield fake
-
-
-def answers_sent(kafka: FakeKafka) -> list[dict[str, Any]]:
-    return [item["interruptResponse"] for item in kafka.sent[-1]["resume"]]
+    extra = {
+        "checkpoint": {"checkpoint": {"checkpoint": CHECKPOINT}},
+        "interrupt": {"interrupts": [{"id": IID, "name": "approval", "reason": None}]},
+    }
+    yield from installed(monkeypatch, FakeKafka(answer_with="checkpoint", **extra))
 
 
 def test_an_error_result_leaves_the_pending_interrupt_answerable(
