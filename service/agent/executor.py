@@ -125,7 +125,16 @@ def _settle_started(run: BatchRun, use: dict[str, Any]) -> Settled:
         return "run"
     interrupt_id = outcome_interrupt_id(tool_use_id)
     known = run.book.known.get(interrupt_id)
-    if known is None or known.response is None:
+    answer = None
+    # An answer holds for the start it was asked about: a retry that was itself cut short is a
+    # new start, and is asked about again.
+    if (
+        known is not None
+        and isinstance(known.reason, dict)
+        and known.reason.get("started_at") == started.get("at")
+    ):
+        answer = known.response
+    if answer is None:
         key = f"{run.session_id}:{tool_use_id}"
         logger.warning(
             "session_id=<%s>, tool_use_id=<%s>, tool=<%s>, idempotency_key=<%s>, "
@@ -142,7 +151,7 @@ def _settle_started(run: BatchRun, use: dict[str, Any]) -> Settled:
         run.raised[tool_use_id] = Interrupt(id=interrupt_id, name=OUTCOME_UNKNOWN, reason=reason)
         return "raised"
     del run.started[tool_use_id]
-    block = answered_block(tool_use_id, known.response)
+    block = answered_block(tool_use_id, answer)
     if block is None:
         return "run"
     run.results[tool_use_id] = _checked(run, tool_use_id, block)

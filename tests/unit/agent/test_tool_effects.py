@@ -431,3 +431,18 @@ async def test_a_retry_waits_its_backoff_and_a_cancel_stops_the_retries() -> Non
 def test_a_policy_out_of_range_is_refused(options: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         ToolPolicy(**options)
+
+
+async def test_a_retry_cut_short_again_is_asked_about_again_not_run_a_third_time() -> None:
+    agent, paused = await _paused_on_unknown(checkpointing=False)
+    retry = answers((_unknown(paused).id, {"retry": True}))
+    # The retried run is recorded as started, then its owner dies too.
+    crashed = await _until_ledger(agent, paused.state, retry, "c2")
+    assert crashed.pending is not None and "t1" in crashed.pending.started
+    out = await invoke(agent, crashed, retry, command_id="c2")
+    again = _unknown(out)
+    assert again.reason["started_at"] == crashed.pending.started["t1"]["at"]
+    assert again.response is None
+    assert CALLS["pay"] == 0
+    done = await invoke(agent, out.state, answers((again.id, {"fail": "gave up"})))
+    assert done.stop == "end_turn" and CALLS["pay"] == 0
