@@ -1,7 +1,8 @@
-"""What the broker does with TxnOffsetCommit v3 (KIP-447), the fencing a single transactional
-producer per instance would rest on: the group coordinator commits a transaction's offsets
-under the current membership of the group, and refuses them under a stale generation or an
-unknown member, whatever producer sends them.
+"""What the broker does with TxnOffsetCommit v3 and OffsetFetch v7 (KIP-447), what a single
+transactional producer per instance would rest on: the group coordinator commits a transaction's
+offsets under the current membership of the group, and refuses them under a stale generation or
+an unknown member, whatever producer sends them; and it calls offsets an open transaction may
+still move unstable until that transaction ends.
 
 The producer side (the transaction, AddOffsetsToTxn) is aiokafka's own; only the offset commit
 is the project's request, sent with aiokafka's client to the group's coordinator.
@@ -9,6 +10,7 @@ is the project's request, sent with aiokafka's client to the group's coordinator
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -17,6 +19,12 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 
+from service.runtime.offset_fetch import (
+    NO_OFFSET,
+    UNSTABLE_OFFSET_COMMIT,
+    StableOffsetFetch,
+    fetched,
+)
 from service.runtime.txn_offset_commit import (
     GroupTxnOffsetCommit,
     Membership,
@@ -136,3 +144,29 @@ async def test_a_stale_membership_is_refused_and_commits_nothing(
     assert await setup.commit_v3(membership, 9) == error
     await setup.producer.abort_transaction()
     assert await setup.committed() is None
+
+
+async def _fetch(setup: Setup, *, require_stable: bool) -> tuple[int, int]:
+    client = setup.producer.client
+    node = await client.coordinator_lookup(GROUP_COORDINATOR, setup.group)
+    request = StableOffsetFetch(setup.group, [setup.tp], require_stable=require_stable)
+    return fetched(await client.send(node, request))[setup.tp]
+
+
+async def test_offsets_an_open_transaction_may_still_move_are_unstable_until_it_ends(
+    setup: Setup,
+) -> None:
+    """What a new owner's wait for stable offsets rests on (OffsetFetch v7, require_stable)."""
+    await _open_transaction(setup)
+    assert await setup.commit_v3(setup.membership, 5) == 0
+    assert await _fetch(setup, require_stable=True) == (NO_OFFSET, UNSTABLE_OFFSET_COMMIT)
+    # Without require_stable the coordinator answers at once, with what is committed so far.
+    assert await _fetch(setup, require_stable=False) == (NO_OFFSET, 0)
+    await setup.producer.commit_transaction()
+    # The commit's markers reach the offsets topic just after EndTxn returns: ask again, as a
+    # new owner would, until the answer is stable.
+    deadline = asyncio.get_running_loop().time() + 30
+    while (answer := await _fetch(setup, require_stable=True))[1] == UNSTABLE_OFFSET_COMMIT:
+        assert asyncio.get_running_loop().time() < deadline, "offsets never became stable"
+        await asyncio.sleep(0.05)
+    assert answer == (5, 0)
