@@ -110,3 +110,12 @@ def fetched(response: OffsetFetchResponse_v7) -> dict[TopicPartition, tuple[int,
         for name, partitions, _ in response.topics
         for partition, offset, _epoch, _metadata, error_code, _ in partitions
     }
+
+
+def fetched_all(response: OffsetFetchResponse_v7) -> dict[TopicPartition, tuple[int, str, int]]:
+    """By partition: (committed offset or -1, its metadata, error code)."""
+    return {
+        TopicPartition(name, partition): (offset, metadata or "", error_code)
+        for name, partitions, _ in response.topics
+        for partition, offset, _epoch, metadata, error_code, _ in partitions
+    }

@@ -10,7 +10,6 @@ offsets into its last commit.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 import time
@@ -18,14 +17,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
 
 from service.agent.definition import AgentDefinition
 from service.observability.metrics import Metrics
 from service.runtime.cancels import CancelDesk
-from service.runtime.clients import transactional_producer
-from service.runtime.committer import CommitObserver, Committer, discard_leftovers
+from service.runtime.committer import CommitObserver, Committer
 from service.runtime.control import ControlHandler
 from service.runtime.faults import FaultPoints
 from service.runtime.invoker import Invoker
@@ -36,11 +34,13 @@ from service.runtime.restore import SessionsReader
 from service.runtime.session_queue import SessionQueues
 from service.runtime.standby import Standby
 from service.runtime.transactions import (
+    SETTLE_S,
     WATCH_S,
     resolve_open_transactions,
     vouched,
     watch_stable_offsets,
 )
+from service.runtime.txn_stream import CommitFailedError, GroupFencedError, TransactionStream
 from service.runtime.work import CommandWork, InputRecord, Outcome
 from service.sessions.table import SqliteTable
 from service.sessions.writer import SessionWriter
@@ -49,9 +49,8 @@ from service.wire.errors import WireError
 
 logger = logging.getLogger(__name__)
 
-FENCING_ERRORS = (ProducerFenced, InvalidProducerEpoch)
-_PRODUCER_CLOSE_S = 2.0
-"""Bound on closing a producer; an open transaction it leaves is aborted by the next owner."""
+FENCING_ERRORS = (ProducerFenced, InvalidProducerEpoch, GroupFencedError)
+_STABLE_POLL_S = 0.05
 _LAST_COMMIT_S = 2.0
 """Least time the last commit (with the input offsets) gets once the grace period is over."""
 
@@ -83,6 +82,8 @@ class OwnerContext:
     settings: Settings
     agents: Mapping[str, AgentDefinition]
     consumer: AIOKafkaConsumer
+    stream: TransactionStream
+    """The instance's one transactional producer, shared by its owners."""
     inflight: InFlight
     faults: FaultPoints
     on_restored: Callable[[int], None]
@@ -104,8 +105,9 @@ class PartitionOwner:
         self.partition = partition
         self._ctx = ctx
         self._topics = ctx.settings.topics
-        self._seek_on_start = seek_on_start
-        self._accepting = not seek_on_start
+        # Every owner starts from the stable committed offsets, first or re-created alike.
+        del seek_on_start
+        self._accepting = False
         self._min_offsets: dict[str, int] = {}
         self._trackers: dict[str, OffsetTracker] = {}
         self._buffer: list[InputRecord] = []
@@ -119,7 +121,6 @@ class PartitionOwner:
         self._control: ControlHandler | None = None
         self._cancels: CancelDesk | None = None
         self._guard: PoisonGuard | None = None
-        self._producer: AIOKafkaProducer | None = None
         self._table: SqliteTable | None = None
         self._drained = False
         """The owner stopped with its last commit done (its local store can be trusted)."""
@@ -161,15 +162,16 @@ class PartitionOwner:
         self._stop_requested.set()
 
     async def run(self) -> OwnerExit:
-        self._producer = self._new_producer()
         try:
             await self._serve()
         except* _StopRequestedError:
             self.exit = OwnerExit.STOPPED
-        except* FENCING_ERRORS:
+        except* FENCING_ERRORS as group:
             logger.error(
-                "partition=<%d> | producer fenced: another instance owns this partition now",
+                "partition=<%d>, reason=<%s> | producer fenced: another instance owns this "
+                "partition now",
                 self.partition,
+                group.exceptions[0],
             )
             self.exit = OwnerExit.FENCED
         except* Exception as group:  # noqa: BLE001 - an owner's failure stays contained: it is re-created
@@ -182,47 +184,41 @@ class PartitionOwner:
         finally:
             self._ctx.inflight.count -= self._accepted - self._finished
             self._accepted = self._finished
-            await _close(self._producer)
             if self._table is not None:
                 if self._drained:
                     self._table.mark_clean()
                 self._table.close()
         return self.exit or OwnerExit.STOPPED
 
-    def _new_producer(self) -> AIOKafkaProducer:
-        settings = self._ctx.settings
-        return transactional_producer(
-            settings.kafka,
-            f"{settings.group.group_id}-{self.partition}",
-            transaction_timeout_ms=settings.runtime.transaction_timeout_ms,
-        )
-
-    async def _renew_producer(self) -> AIOKafkaProducer:
-        """Replace the producer by a fresh one with the same transactional id (a new epoch)."""
-        await _close(self._producer)
-        self._producer = producer = self._new_producer()
-        await producer.start()
-        return producer
-
     async def _serve(self) -> None:
-        """Fence earlier owners, restore, then run the partition's work until a stop request."""
+        """Wait for stable input offsets (fencing a previous owner that holds them), repair what
+        it left open, restore, claim the partition with a first commit, then run the partition's
+        work until a stop request."""
         settings = self._ctx.settings
-        producer = self._producer
-        assert producer is not None
-        await producer.start()
+        stream = self._ctx.stream
+        inputs = [
+            TopicPartition(topic, self.partition)
+            for topic in (self._topics.commands, self._topics.control)
+        ]
+        starts = await self._stable_starts(inputs)
         written = [
             TopicPartition(topic, self.partition)
             for topic in (self._topics.sessions, self._topics.results, self._topics.events)
         ]
+
+        async def abort(partitions: list[TopicPartition]) -> None:
+            writers = await stream.committed_metadata(inputs)
+            for transactional_id in sorted(writers | {stream.transactional_id}):
+                await stream.abort_as(transactional_id, partitions)
+
         left = await resolve_open_transactions(
-            producer,
+            abort,
             self._ctx.sessions,
             written,
             self._ctx.metrics,
             keep=frozenset((self._topics.results, self._topics.events)),
         )
-        if self._seek_on_start:
-            await self._seek_to_committed()
+        self._seek(starts)
         await self._ctx.faults.before_restore(self.partition)
         if self._ctx.standby is not None:
             await self._ctx.standby.release(self.partition)
@@ -235,18 +231,14 @@ class PartitionOwner:
         )
         writer = SessionWriter(store, record_max_bytes=settings.runtime.state_record_max_bytes)
         committer = Committer(
-            producer=producer,
-            group_id=settings.group.group_id,
+            stream=stream,
             sessions_topic=self._topics.sessions,
             partition=self.partition,
             trackers=self._trackers,
             interval_s=settings.runtime.commit_interval_ms / 1000,
             offsets_every_s=settings.runtime.offsets_every_ms / 1000,
-            timeout_s=settings.runtime.commit_timeout_s,
-            faults=self._ctx.faults,
             observer=self._ctx.observer,
             on_finished=self._on_finished,
-            renew_producer=self._renew_producer,
             on_durable=store.committed,
             metrics=self._ctx.metrics,
         )
@@ -271,12 +263,15 @@ class PartitionOwner:
             durable=committer.flush,
         )
         self._cancels = cancels
-        again = vouched(left, store, self._topics.results, self._topics.events)
-        if again:
-            # First of all: what the committed state says happened must be visible.
-            committer.submit(Outcome(records=again))
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(committer.run())
+            # The claim, before any work: the partition's offsets name this instance's producer
+            # from now on (so a successor knows whom to fence), under this generation. What the
+            # committed state says happened must also be visible before anything else.
+            committer.submit(
+                Outcome(records=vouched(left, store, self._topics.results, self._topics.events))
+            )
+            await committer.flush()
             tasks.create_task(
                 watch_stable_offsets(
                     self._ctx.sessions,
@@ -311,6 +306,37 @@ class PartitionOwner:
             await self._stop_requested.wait()
             await self._drain()
             raise _StopRequestedError
+
+    async def _stable_starts(self, inputs: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """The committed input offsets once no transaction may still move them.
+
+        Offsets stay unstable while the previous owner's transaction that commits them is open.
+        A live owner's transaction ends within moments; one still open after ``SETTLE_S`` belongs
+        to an instance that died or stalled mid-commit, and fencing the producer the committed
+        offsets name (its InitProducerId aborts that transaction) saves waiting for the broker's
+        transaction timeout. Beyond that timeout the owner fails and is re-created.
+        """
+        stream = self._ctx.stream
+        runtime = self._ctx.settings.runtime
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        deadline = started + runtime.transaction_timeout_ms / 1000 + runtime.commit_timeout_s
+        fenced: set[str] = {stream.transactional_id}
+        while (found := await stream.stable_offsets(inputs)) is None:
+            now = loop.time()
+            if now >= deadline:
+                raise CommitFailedError(
+                    f"partition {self.partition}: the input offsets stayed unstable for "
+                    f"{now - started:.0f} s"
+                )
+            if now - started >= SETTLE_S:
+                for transactional_id in sorted(await stream.committed_metadata(inputs) - fenced):
+                    await stream.fence(transactional_id)
+                    fenced.add(transactional_id)
+            await asyncio.sleep(_STABLE_POLL_S)
+        missing = [tp for tp, (offset, _) in found.items() if offset < 0]
+        beginnings = await self._ctx.consumer.beginning_offsets(missing) if missing else {}
+        return {tp: beginnings[tp] if offset < 0 else offset for tp, (offset, _) in found.items()}
 
     async def _expire_idle(
         self, ttl_s: float, writer: SessionWriter, submit: Callable[[Outcome], None]
@@ -381,25 +407,15 @@ class PartitionOwner:
                 self.partition,
             )
 
-    async def _seek_to_committed(self) -> None:
-        """Re-read from the committed offsets after a failed commit (called before restore).
-
-        Every offset is looked up first; the seeks and the switch to accepting records then
-        happen in one step, so no record fetched before a seek is taken and none after is lost.
-        """
+    def _seek(self, starts: dict[TopicPartition, int]) -> None:
+        """Read from the stable committed offsets (before restore); the seeks and the switch to
+        accepting records happen in one step, so no record fetched before a seek is taken and
+        none after is lost."""
         consumer = self._ctx.consumer
-        partitions = [
-            TopicPartition(topic, self.partition)
-            for topic in (self._topics.commands, self._topics.control)
-        ]
-        beginnings = await consumer.beginning_offsets(partitions)
-        targets = {}
-        for tp in partitions:
-            committed = await consumer.committed(tp)
-            targets[tp] = beginnings[tp] if committed is None else committed
-        for tp, offset in targets.items():
+        for tp, offset in starts.items():
             consumer.seek(tp, offset)
             self._min_offsets[tp.topic] = offset
+            self._trackers[tp.topic] = OffsetTracker(offset)
         self._accepting = True
 
     def _on_finished(self, count: int) -> None:
@@ -448,14 +464,3 @@ class PartitionOwner:
             assert self._cancels is not None
             self._cancels.deleting(work)
         self._queues.put(work)
-
-
-async def _close(producer: AIOKafkaProducer | None) -> None:
-    """Stop a producer within a bound; an open transaction it leaves is aborted by the next
-    InitProducerId of its transactional id."""
-    if producer is None:
-        return
-    with contextlib.suppress(Exception):
-        async with asyncio.timeout(_PRODUCER_CLOSE_S):
-            await producer.stop()
-    discard_leftovers(producer)

@@ -15,9 +15,9 @@ from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
 
 from service.observability.metrics import Metrics
 from service.observability.tracing import from_headers, span
-from service.runtime.committer import CommitFailedError
 from service.runtime.faults import FaultPoints, InjectedCommitError
 from service.runtime.records import dlq_record, failure_record, session_key
+from service.runtime.txn_stream import CommitFailedError, GroupFencedError
 from service.runtime.work import CommandWork, InputRecord, Outcome, OutRecord
 from service.sessions.store import StoredSession
 from service.sessions.writer import SessionWriter
@@ -28,7 +28,13 @@ logger = logging.getLogger(__name__)
 
 Handler = Callable[[CommandWork], Awaitable[None]]
 
-NOT_THE_RECORDS = (CommitFailedError, InjectedCommitError, ProducerFenced, InvalidProducerEpoch)
+NOT_THE_RECORDS = (
+    CommitFailedError,
+    GroupFencedError,
+    InjectedCommitError,
+    ProducerFenced,
+    InvalidProducerEpoch,
+)
 """Failures of the partition's commits, which restart the owner instead of answering a record."""
 
 _REASON_MAX = 500

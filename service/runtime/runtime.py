@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import tempfile
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
@@ -36,6 +37,8 @@ from service.runtime.restart_backoff import RestartBackoff
 from service.runtime.restore import SessionsReader
 from service.runtime.standby import Standby
 from service.runtime.topics import verify_topics
+from service.runtime.txn_offset_commit import Membership
+from service.runtime.txn_stream import TransactionStream
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -133,8 +136,19 @@ class Runtime:
             )
             standby.follow(range(partitions))
         self._standby = standby
+        stream = TransactionStream(
+            kafka=settings.kafka,
+            transactional_id=transactional_id(settings),
+            group_id=group.group_id,
+            sessions_topic=settings.topics.sessions,
+            membership=lambda: membership_of(consumer, group.instance_id),
+            transaction_timeout_ms=settings.runtime.transaction_timeout_ms,
+            timeout_s=settings.runtime.commit_timeout_s,
+            faults=FaultPoints(settings.faults),
+        )
         self._ctx = OwnerContext(
             settings=settings,
+            stream=stream,
             sessions=sessions,
             store_root=root / group.group_id,
             standby=standby,
@@ -154,11 +168,13 @@ class Runtime:
             on_turn=self._ops.heartbeat.beat,
         )
         logger.info(
-            "group=<%s>, instance=<%s>, partitions=<%d> | joining",
+            "group=<%s>, instance=<%s>, partitions=<%d>, transactional_id=<%s> | joining",
             group.group_id,
             group.instance_id,
             partitions,
+            stream.transactional_id,
         )
+        await stream.start()
         await consumer.start()
         try:
             consumer.subscribe(
@@ -167,6 +183,7 @@ class Runtime:
             )
             async with asyncio.TaskGroup() as tasks:
                 self._tasks = tasks
+                committing = tasks.create_task(stream.run())
                 fetching = tasks.create_task(loop.run())
                 probe = tasks.create_task(self._lag.run())
                 following = tasks.create_task(standby.run()) if standby is not None else None
@@ -179,10 +196,12 @@ class Runtime:
                 await fetching
                 await self._stop_owners(set(self._owners))
                 probe.cancel()
+                committing.cancel()
                 if following is not None:
                     following.cancel()
         finally:
             self._tasks = None
+            await stream.close()
             await sessions.close()
             await consumer.stop()
             if scratch is not None:
@@ -308,6 +327,23 @@ class Runtime:
             task.cancel()
         if pending:
             await asyncio.wait(pending)
+
+
+def transactional_id(settings: Settings) -> str:
+    """The instance's transactional id: stable across restarts of a static member (its new
+    incarnation fences the old one at once), unique per process otherwise."""
+    group = settings.group
+    suffix = group.instance_id if group.instance_id is not None else uuid.uuid4().hex[:12]
+    return f"{group.group_id}-{suffix}"
+
+
+def membership_of(consumer: AIOKafkaConsumer, instance_id: str | None) -> Membership | None:
+    """The consumer's current group membership; None outside a generation (between losing its
+    membership and rejoining), when no transaction may commit offsets."""
+    coordinator = consumer._coordinator  # aiokafka keeps the generation there
+    if coordinator is None or coordinator.generation < 0 or not coordinator.member_id:
+        return None
+    return Membership(coordinator.generation, coordinator.member_id, instance_id)
 
 
 def _with_commit_metric(observer: CommitObserver, metrics: Metrics) -> CommitObserver:

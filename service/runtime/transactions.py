@@ -6,17 +6,20 @@ owner can make visible a batch an earlier producer left behind. What the open ba
 ``results`` and ``events`` is returned; :func:`vouched` keeps the part the restored session state
 says was committed, for the owner to publish again before anything else.
 
-Why batches are left open: only this owner's transactional id writes these partitions, and its
-InitProducerId (already done) completed whatever transaction the coordinator had in flight. Yet a
-batch can stay without a marker: a broker restart may drop a completed transaction's markers for
-partitions that had no leader at that instant (Kafka 4.3.0 to 4.4.0, KAFKA-20734), and a produce
-the coordinator never learnt of (a broker without transaction verification) gets none either.
+Why batches are left open: these partitions are written only by the producer of the instance
+that owns them, and the new owner waited until the input offsets were stable (the previous
+owner's transaction ended, or was aborted by fencing that producer). Yet a batch can stay
+without a marker: a broker restart may drop a completed transaction's markers for partitions
+that had no leader at that instant (Kafka 4.3.0 to 4.4.0, KAFKA-20734), and a produce the
+coordinator never learnt of (a broker without transaction verification) gets none either.
 Such a batch holds the partition's last stable offset back for ever, and the next marker of the
 same producer id (markers are per producer id, whatever the epoch) would end it, so a commit of
 ours would make it visible next to the work redone since: a step and its events twice.
 
-The repair: an abort-only transaction of ours writes to each such partition, and its ABORT marker
-ends the open batches unseen. Whether their transaction was committed cannot be asked of the
+The repair: an abort-only transaction writes to each such partition as the instance's own
+producer and as the producer the partition's committed offsets name (the previous owner's; the
+offsets carry the transactional id of their writer), and the ABORT marker of the one that left
+the batches ends them unseen. Whether their transaction was committed cannot be asked of the
 coordinator any more, so the session state decides: what the committed state records as done
 (an applied command's result, events up to its event sequence number) is published again; the
 rest belongs to a step that is not committed and is redone from the last committed boundary.
@@ -26,10 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import orjson
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import TopicPartition
 
 from service.observability.metrics import Metrics
 from service.runtime.work import OutRecord
@@ -110,8 +114,13 @@ async def watch_stable_offsets(
                 )
 
 
+Abort = Callable[[list[TopicPartition]], Awaitable[None]]
+"""Runs abort-only transactions writing to the given partitions, as every producer that may have
+left batches open there (the instance's own, and the one the partition's offsets name)."""
+
+
 async def resolve_open_transactions(
-    producer: AIOKafkaProducer,
+    abort: Abort,
     reader: OpenTransactionsReader,
     partitions: list[TopicPartition],
     metrics: Metrics,
@@ -141,12 +150,7 @@ async def resolve_open_transactions(
         )
         if tp.topic in keep:
             left.extend(await reader.read_open(tp, stable, end))
-    await producer.begin_transaction()
-    try:
-        for tp in open_now:
-            await producer.send(tp.topic, key=PROBE_KEY, value=None, partition=tp.partition)
-    finally:
-        await producer.abort_transaction()
+    await abort(list(open_now))
     still_open = await _open(reader, list(open_now), settle_s)
     for tp in open_now:
         if tp not in still_open:

@@ -1,4 +1,4 @@
-"""An instance whose producers are fenced while the group still gives it the partitions (a
+"""An instance whose producer is fenced while the group still gives it the partitions (a
 transaction the broker aborted, a stray producer with the same id) takes them back after a
 session timeout, instead of leaving them unserved until the next rebalance."""
 
@@ -7,22 +7,24 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, TopicPartition
 
 from tests.support.runtime_harness import Client, Cluster, invoke, services, unique
+from tests.support.txn_probe import offsets_writer
 
 pytestmark = [pytest.mark.kafka, pytest.mark.faults, pytest.mark.timeout(120)]
 
 
-async def fence_every_partition(cluster: Cluster) -> None:
-    """Initialise each partition's transactional id elsewhere: the broker fences its owner."""
-    for partition in range(cluster.partitions):
-        producer = AIOKafkaProducer(
-            bootstrap_servers=cluster.bootstrap,
-            transactional_id=f"{cluster.group}-{partition}",
-        )
-        await producer.start()
-        await producer.stop()
+async def fence_the_instance(cluster: Cluster) -> None:
+    """Initialise the instance's transactional id (the one its committed offsets name)
+    elsewhere: the broker fences its producer, and with it every partition it owns."""
+    commands = TopicPartition(cluster.topics.commands, 0)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=cluster.bootstrap,
+        transactional_id=await offsets_writer(cluster.bootstrap, cluster.group, commands),
+    )
+    await producer.start()
+    await producer.stop()
 
 
 async def test_a_fenced_owner_still_assigned_is_re_created(cluster: Cluster) -> None:
@@ -36,7 +38,7 @@ async def test_a_fenced_owner_still_assigned_is_re_created(cluster: Cluster) -> 
         async with Client(cluster) as client:
             await client.send(first)
             await client.result(first["command_id"], timeout=30)
-            await fence_every_partition(cluster)
+            await fence_the_instance(cluster)
             # Its commit fails as fenced; no other member exists to take the partition over.
             await client.send(second)
             await service.wait_log("producer fenced", timeout=30)

@@ -30,6 +30,7 @@ from tests.support.runtime_harness import (
 from tests.support.txn_probe import (
     VERIFICATION_OFF,
     fabricate_hanging_transaction,
+    offsets_writer,
     partition_offsets,
 )
 
@@ -90,7 +91,9 @@ async def test_open_results_are_published_when_the_state_vouches_for_them(
         finally:
             await producer.stop()
         results = TopicPartition(cluster.topics.results, 0)
-        transactional_id = f"{cluster.group}-0"
+        # The earlier owner's producer: the one its committed offsets name.
+        commands = TopicPartition(cluster.topics.commands, 0)
+        transactional_id = await offsets_writer(broker.bootstrap, cluster.group, commands)
         for command_id in (answered, redone):
             await fabricate_hanging_transaction(
                 broker.bootstrap,
@@ -138,9 +141,10 @@ async def test_a_batch_left_open_while_the_owner_serves_is_repaired_without_a_ne
                 first = invoke(session, "hello", agent="simple")
                 await client.send(first)
                 await client.result(first["command_id"], 60, alive=proc)
+                commands = TopicPartition(cluster.topics.commands, 0)
                 await fabricate_hanging_transaction(
                     broker.bootstrap,
-                    f"{cluster.group}-0",
+                    await offsets_writer(broker.bootstrap, cluster.group, commands),
                     results,
                     key=session.encode(),
                     value=result_value(session, lost),

@@ -15,7 +15,11 @@ import time
 from collections.abc import Iterable
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
+
+from service.runtime.offset_fetch import StableOffsetFetch, fetched_all
+from service.runtime.txn_stream import GROUP_COORDINATOR
 
 VERIFICATION_OFF = {"transaction.partition.verification.enable": "false"}
 """Broker properties under which a fabricated transaction can reach a partition."""
@@ -116,3 +120,18 @@ async def fence(bootstrap: str, transactional_id: str) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=transactional_id)
     await producer.start()
     await producer.stop()
+
+
+async def offsets_writer(bootstrap: str, group: str, tp: TopicPartition) -> str:
+    """The transactional id the group's committed offset of ``tp`` names as its writer (the
+    metadata every transaction of the runtime commits its offsets with)."""
+    client = AIOKafkaClient(bootstrap_servers=bootstrap)
+    await client.bootstrap()
+    try:
+        node = await client.coordinator_lookup(GROUP_COORDINATOR, group)
+        request = StableOffsetFetch(group, [tp], require_stable=False)
+        _, metadata, _ = fetched_all(await client.send(node, request))[tp]
+    finally:
+        await client.close()
+    assert metadata, f"{tp}: no offset committed by a transaction of the runtime"
+    return metadata

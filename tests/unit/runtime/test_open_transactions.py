@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import orjson
 import pytest
@@ -29,7 +28,7 @@ RESULTS = TopicPartition("t.results", 3)
 
 class Offsets:
     """Serves (stable, end) per partition: a gap closes after as many lookups as ``gaps`` says
-    (never when negative), and every gap closes at the fake producer's abort if
+    (never when negative), and every gap closes at the fake aborts's abort if
     ``abort_closes``."""
 
     def __init__(self, gaps: dict[TopicPartition, int | None], *, abort_closes: bool) -> None:
@@ -59,19 +58,15 @@ class Offsets:
             self.gaps = {}
 
 
-class Producer:
+class Aborts:
+    """The abort-only transactions asked for, each closing the gaps if the offsets say so."""
+
     def __init__(self, offsets: Offsets) -> None:
         self.offsets = offsets
-        self.calls: list[tuple[Any, ...]] = []
+        self.calls: list[list[TopicPartition]] = []
 
-    async def begin_transaction(self) -> None:
-        self.calls.append(("begin",))
-
-    async def send(self, topic: str, *, key: bytes, value: None, partition: int) -> None:
-        self.calls.append(("send", topic, partition, key, value))
-
-    async def abort_transaction(self) -> None:
-        self.calls.append(("abort",))
+    async def __call__(self, partitions: list[TopicPartition]) -> None:
+        self.calls.append(partitions)
         self.offsets.aborted()
 
 
@@ -84,31 +79,31 @@ def counted(metrics: Metrics, topic: str) -> float:
 
 async def test_no_gap_writes_nothing() -> None:
     offsets = Offsets({}, abort_closes=True)
-    producer: Any = Producer(offsets)
-    await resolve_open_transactions(producer, offsets, [SESSIONS, RESULTS], Metrics())
-    assert producer.calls == []
+    aborts = Aborts(offsets)
+    await resolve_open_transactions(aborts, offsets, [SESSIONS, RESULTS], Metrics())
+    assert aborts.calls == []
     assert offsets.lookups == 1
 
 
 async def test_a_gap_that_closes_by_itself_is_waited_for() -> None:
     offsets = Offsets({SESSIONS: 3}, abort_closes=True)
-    producer: Any = Producer(offsets)
+    aborts = Aborts(offsets)
     await resolve_open_transactions(
-        producer,
+        aborts,
         offsets,
         [SESSIONS, RESULTS],
         Metrics(),
         settle_s=5.0,
     )
-    assert producer.calls == []
+    assert aborts.calls == []
 
 
 async def test_a_hanging_transaction_is_aborted_on_its_partition_only() -> None:
     offsets = Offsets({SESSIONS: -1}, abort_closes=True)
-    producer: Any = Producer(offsets)
+    aborts = Aborts(offsets)
     metrics = Metrics()
     left = await resolve_open_transactions(
-        producer,
+        aborts,
         offsets,
         [SESSIONS, RESULTS],
         metrics,
@@ -116,28 +111,24 @@ async def test_a_hanging_transaction_is_aborted_on_its_partition_only() -> None:
         settle_s=0.1,
     )
     assert [r.value for r in left] == [b"t.sessions@10", b"t.sessions@11"]
-    assert producer.calls == [
-        ("begin",),
-        ("send", SESSIONS.topic, SESSIONS.partition, PROBE_KEY, None),
-        ("abort",),
-    ]
+    assert aborts.calls == [[SESSIONS]]
     assert counted(metrics, SESSIONS.topic) == 1
     assert counted(metrics, RESULTS.topic) == 0
 
 
 async def test_a_gap_our_abort_cannot_end_stops_the_owner() -> None:
     offsets = Offsets({RESULTS: -1}, abort_closes=False)
-    producer: Any = Producer(offsets)
+    aborts = Aborts(offsets)
     metrics = Metrics()
     with pytest.raises(HangingTransactionError, match=r"t\.results-3"):
         await resolve_open_transactions(
-            producer,
+            aborts,
             offsets,
             [SESSIONS, RESULTS],
             metrics,
             settle_s=0.1,
         )
-    assert ("abort",) in producer.calls
+    assert aborts.calls == [[RESULTS]]
     assert counted(metrics, RESULTS.topic) == 0
 
 

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from service.observability.operability import Operability
-from service.runtime.committer import CommitFailedError
 from service.runtime.partition_owner import OwnerExit
 from service.runtime.restart_backoff import RestartBackoff
 from service.runtime.runtime import Runtime
+from service.runtime.txn_stream import CommitFailedError
 from service.settings import Settings
 
 INITIAL_S = 0.1

@@ -8,9 +8,9 @@ import orjson
 import pytest
 
 from service.agent.state import Inflight, SessionState
-from service.runtime.committer import CommitFailedError
 from service.runtime.poison import PoisonGuard
 from service.runtime.records import ParsedCommand
+from service.runtime.txn_stream import CommitFailedError
 from service.runtime.work import CommandWork, InputRecord, Origin, Outcome
 from service.sessions.delivery import Delivery
 from service.sessions.store import SessionStore, StoredSession
