@@ -130,12 +130,17 @@ FaultPoint = Literal["after_produce_before_commit", "after_commit"]
 
 
 class FaultSettings(BaseModel):
-    """Test-only fault points: at the named place the process SIGKILLs itself (``kill_at``) or
-    the commit fails as if its outcome were unknown (``fail_at``)."""
+    """Test-only fault points: at the named place the process SIGKILLs itself (``kill_at``),
+    SIGSTOPs itself (``stop_at``: a zombie until someone sends SIGCONT) or the commit fails as if
+    its outcome were unknown (``fail_at``). Only transactions that carry work count; the first
+    commit of a new owner, which claims the partition, does not."""
 
     kill_at: FaultPoint | None = None
     kill_after: int = Field(default=1, gt=0)
     """Kill on the n-th time the point is reached (counted per process)."""
+    stop_at: FaultPoint | None = None
+    stop_after: int = Field(default=1, gt=0)
+    """Stop on the n-th time the point is reached (counted per process)."""
     fail_at: FaultPoint | None = None
     fail_after: int = Field(default=1, gt=0)
     """Fail the commit the n-th time the point is reached, once."""

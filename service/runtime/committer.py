@@ -79,6 +79,13 @@ class Committer:
         """Transactions this partition had a share in so far."""
         self._progress = asyncio.Condition()
 
+    async def claim(self, records: list[OutRecord]) -> None:
+        """The partition's first commit, before any work: its input offsets as they are, under
+        this instance's producer and group generation, with ``records`` (what must be visible
+        before anything else)."""
+        await self._stream.transact(self._partition, records, self._fence, claim=True)
+        self.transactions += 1
+
     def submit(self, outcome: Outcome) -> None:
         self._pending.append(outcome)
         self._submitted += 1

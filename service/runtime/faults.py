@@ -1,5 +1,5 @@
-"""Test-only fault points: the process SIGKILLs itself there, the commit fails there, or a
-restore waits there for a signal.
+"""Test-only fault points: the process SIGKILLs or SIGSTOPs itself there, the commit fails
+there, or a restore waits there for a signal.
 
 Unset (the default) every point is a no-op; nothing else in the runtime changes behaviour.
 """
@@ -25,12 +25,13 @@ class InjectedRecordError(RuntimeError):
 
 
 class FaultPoints:
-    __slots__ = ("_count", "_failed", "_gate", "_settings")
+    __slots__ = ("_count", "_failed", "_gate", "_settings", "_stopped")
 
     def __init__(self, settings: FaultSettings) -> None:
         self._settings = settings
         self._count = 0
         self._failed = 0
+        self._stopped = 0
         self._gate: asyncio.Event | None = None
 
     def handling(self, command_id: str | None) -> None:
@@ -44,16 +45,21 @@ class FaultPoints:
             if self._failed == self._settings.fail_after:
                 logger.warning("point=<%s> | fault point reached, failing the commit", point)
                 raise InjectedCommitError(f"injected failure at {point}")
+        if self._settings.stop_at == point:
+            self._stopped += 1
+            if self._stopped == self._settings.stop_after:
+                self._signal(point, signal.SIGSTOP)
         if self._settings.kill_at != point:
             return
         self._count += 1
         if self._count >= self._settings.kill_after:
-            logger.warning(
-                "point=<%s>, count=<%d> | fault point reached, killing", point, self._count
-            )
-            for handler in logging.getLogger().handlers:
-                handler.flush()
-            os.kill(os.getpid(), signal.SIGKILL)
+            self._signal(point, signal.SIGKILL)
+
+    def _signal(self, point: str, sig: signal.Signals) -> None:
+        logger.warning("point=<%s>, signal=<%s> | fault point reached", point, sig.name)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os.kill(os.getpid(), sig)
 
     async def before_restore(self, partition: int) -> None:
         """Hold a restore until the process receives SIGUSR1 (no-op unless configured)."""

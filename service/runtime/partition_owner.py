@@ -263,15 +263,12 @@ class PartitionOwner:
             durable=committer.flush,
         )
         self._cancels = cancels
+        # The claim, before any work: the partition's offsets name this instance's producer from
+        # now on (so a successor knows whom to fence), under this generation; what the committed
+        # state says happened becomes visible before anything else.
+        await committer.claim(vouched(left, store, self._topics.results, self._topics.events))
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(committer.run())
-            # The claim, before any work: the partition's offsets name this instance's producer
-            # from now on (so a successor knows whom to fence), under this generation. What the
-            # committed state says happened must also be visible before anything else.
-            committer.submit(
-                Outcome(records=vouched(left, store, self._topics.results, self._topics.events))
-            )
-            await committer.flush()
             tasks.create_task(
                 watch_stable_offsets(
                     self._ctx.sessions,
