@@ -77,18 +77,21 @@ class RuntimeSettings(BaseModel):
     max_in_flight: int = Field(default=1_000, gt=0)
     """Commands accepted but not yet committed, per instance; fetching pauses above it."""
     commit_interval_ms: int = Field(default=0, ge=0)
-    """Minimum spacing between the starts of two transactions of one partition. At 0 a commit
+    """Minimum spacing between the starts of two shares of one partition in the instance's
+    transactions. At 0 a commit
     starts as soon as the previous one ended: work finished meanwhile forms the next batch, so
     batches grow with load and an idle partition commits at once."""
-    offsets_every_ms: int = Field(default=1_000, ge=0)
-    """Input offsets join a transaction at most this often (0: every transaction). Commands
-    re-read after a crash are recognised by the applied command ids in their session state, so
-    lagging offsets cost only replays; records no state records (dead letters, answers to
-    session-less commands, control) always commit their offsets at once."""
+    offsets_every_ms: int = Field(default=0, ge=0)
+    """Every transaction carries the input offsets of the partitions it writes for (they are what
+    fences a zombie's transaction); they move at most this often (0: every transaction).
+    Commands re-read after a crash are recognised by the applied command ids in their session
+    state, so lagging offsets cost only replays; records no state records (dead letters, answers
+    to session-less commands, control) always move them at once."""
     transaction_timeout_ms: int = Field(default=30_000, gt=0)
     """Broker-side bound of one transaction; a stuck zombie's transaction aborts after it."""
     commit_timeout_s: float = Field(default=15.0, gt=0)
-    """Client-side bound of one commit; past it the producer is thrown away and re-created."""
+    """Client-side bound of one transaction; past it the instance's producer is thrown away and
+    re-created, and the partitions with work in it start again from what is committed."""
     revoke_grace_s: float = Field(default=5.0, ge=0)
     """On revocation or shutdown, how long in-flight steps may run to reach a commit."""
     state_record_max_bytes: int = Field(default=900_000, gt=0)

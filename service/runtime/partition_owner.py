@@ -1,10 +1,12 @@
-"""The owner of one input partition: its producer, its session store, its work and its offsets.
+"""The owner of one input partition: its session store, its work and its offsets, committed
+through the instance's transaction stream.
 
-Guarantees: no command of the partition runs before its session store is restored (after the
-producer was initialised, which fences every earlier owner); commands of one session run in
-topic order; once fenced, the owner never writes again; on stop it starts nothing new, gives
-running steps a bounded grace period to reach a commit, abandons the rest, and puts the input
-offsets into its last commit.
+Guarantees: no command of the partition runs before its input offsets are stable (no earlier
+owner's transaction may still move them: it ended, or was aborted by fencing its producer), its
+session store is restored, and its first commit claimed it under this instance's producer and
+group generation; commands of one session run in topic order; once fenced, the owner never
+writes again; on stop it starts nothing new, gives running steps a bounded grace period to reach
+a commit, abandons the rest, and moves the input offsets in its last commit.
 """
 
 from __future__ import annotations

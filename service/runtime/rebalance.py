@@ -1,8 +1,8 @@
 """The consumer-group rebalance listener: hands partition changes to the runtime.
 
 aiokafka calls ``on_partitions_revoked`` on every member before any member's
-``on_partitions_assigned``, and waits for both; so an old owner's drain (and its producer's
-close) completes before the group hands the partition to its next owner.
+``on_partitions_assigned``, and waits for both; so an old owner's drain (its last commit)
+completes before the group hands the partition to its next owner.
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """Restore of a partition's session store from the compacted sessions topic.
 
 Guarantee: brings the partition's local table from the offset it is complete up to (0 when it
-is new or was wiped) to the end offset observed after the partition's producer was initialised
-(so no earlier owner's transaction is still open), reading every committed record in between in
-log order; the store returned is complete for that partition. A table whose position the topic
-cannot have produced (past its end, before its start) is wiped and read from the start. One
-connected reader serves every restore of an instance, one partition at a time, so a takeover of
-many partitions does not pay for a new client per partition.
+is new or was wiped) to the end offset observed once the partition's input offsets were stable
+and no transaction was left open on it (so no earlier owner's transaction is still open),
+reading every committed record in between in log order; the store returned is complete for
+that partition. A table whose position the topic cannot have produced (past its end, before its
+start) is wiped and read from the start. One connected reader serves every restore of an
+instance, one partition at a time, so a takeover of many partitions does not pay for a new
+client per partition.
 """
 
 from __future__ import annotations

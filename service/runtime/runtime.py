@@ -174,9 +174,9 @@ class Runtime:
             partitions,
             stream.transactional_id,
         )
-        await stream.start()
         await consumer.start()
         try:
+            await stream.start()
             consumer.subscribe(
                 topics=[settings.topics.commands, settings.topics.control],
                 listener=RebalanceListener(on_revoked=self._revoke, on_assigned=self._assign),

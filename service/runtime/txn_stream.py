@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import (
     CorruptRecordException,
     InvalidTimestampError,
@@ -35,7 +36,7 @@ from aiokafka.errors import (
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.structs import OffsetAndMetadata
 
-from service.runtime.clients import transactional_producer
+from service.runtime.clients import connection_options, transactional_producer
 from service.runtime.faults import FaultPoints
 from service.runtime.offset_fetch import UNSTABLE_OFFSET_COMMIT, StableOffsetFetch, fetched_all
 from service.runtime.transactions import PROBE_KEY
@@ -109,6 +110,8 @@ class TransactionStream:
         self._timeout_s = timeout_s
         self._faults = faults
         self._producer: AIOKafkaProducer | None = None
+        self._client: AIOKafkaClient | None = None
+        """For the group coordinator's offsets; outlives the producers the stream renews."""
         self._queue: list[Share] = []
         self._probes: list[tuple[list[TopicPartition], asyncio.Future[None]]] = []
         self._wakeup = asyncio.Event()
@@ -121,10 +124,18 @@ class TransactionStream:
         """Initialise the producer (its InitProducerId aborts what an earlier incarnation of the
         same transactional id left open)."""
         self._producer = await self._new_producer()
+        self._client = AIOKafkaClient(
+            **connection_options(self._kafka), client_id=f"{self._kafka.client_id}-offsets"
+        )
+        await self._client.bootstrap()
 
     async def close(self) -> None:
         await _close(self._producer)
         self._producer = None
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.close()
+            self._client = None
         for share in self._queue:
             if not share.done.done():
                 share.done.set_exception(CommitFailedError("the transaction stream stopped"))
@@ -358,8 +369,9 @@ class TransactionStream:
     async def _fetch(
         self, partitions: Iterable[TopicPartition], *, require_stable: bool
     ) -> dict[TopicPartition, tuple[int, str, int]]:
-        producer = await self._ready_producer()
-        client = producer.client
+        client = self._client
+        if client is None:
+            raise CommitFailedError("the transaction stream is not started")
         node = await client.coordinator_lookup(GROUP_COORDINATOR, self._group_id)
         request = StableOffsetFetch(self._group_id, partitions, require_stable=require_stable)
         found = fetched_all(await client.send(node, request))
