@@ -37,6 +37,7 @@ from service.runtime.restart_backoff import RestartBackoff
 from service.runtime.restore import SessionsReader
 from service.runtime.standby import Standby
 from service.runtime.topics import verify_topics
+from service.runtime.transport import KafkaTransport
 from service.runtime.txn_offset_commit import Membership
 from service.runtime.txn_stream import TransactionStream
 from service.settings import Settings
@@ -137,12 +138,13 @@ class Runtime:
             standby.follow(range(partitions))
         self._standby = standby
         stream = TransactionStream(
-            kafka=settings.kafka,
+            transport=KafkaTransport(
+                settings.kafka, transaction_timeout_ms=settings.runtime.transaction_timeout_ms
+            ),
             transactional_id=transactional_id(settings),
             group_id=group.group_id,
             sessions_topic=settings.topics.sessions,
             membership=lambda: membership_of(consumer, group.instance_id),
-            transaction_timeout_ms=settings.runtime.transaction_timeout_ms,
             timeout_s=settings.runtime.commit_timeout_s,
             faults=FaultPoints(settings.faults),
         )

@@ -18,54 +18,42 @@ after the broker's transaction timeout.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
-from aiokafka import AIOKafkaProducer, TopicPartition
-from aiokafka.client import AIOKafkaClient
+from aiokafka import TopicPartition
 from aiokafka.errors import (
     CorruptRecordException,
     InvalidTimestampError,
     MessageSizeTooLargeError,
-    ProducerFenced,
     RecordListTooLargeError,
 )
-from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.structs import OffsetAndMetadata
 
-from service.runtime.clients import connection_options, transactional_producer
 from service.runtime.faults import FaultPoints
-from service.runtime.offset_fetch import UNSTABLE_OFFSET_COMMIT, StableOffsetFetch, fetched_all
+from service.runtime.offset_fetch import UNSTABLE_OFFSET_COMMIT
 from service.runtime.transactions import PROBE_KEY
-from service.runtime.txn_offset_commit import GroupTxnOffsetCommit, Membership, partition_errors
+from service.runtime.transport import (
+    CommitFailedError,
+    Delivery,
+    GroupFencedError,
+    Transport,
+    TxnProducer,
+    discard,
+)
+from service.runtime.txn_offset_commit import Membership
 from service.runtime.work import OutRecord
-from service.settings import KafkaSettings
+
+__all__ = [
+    "UNWRITABLE_ERRORS",
+    "CommitFailedError",
+    "GroupFencedError",
+    "Share",
+    "TransactionStream",
+]
 
 logger = logging.getLogger(__name__)
-
-GROUP_COORDINATOR = 0
-"""aiokafka's coordinator type for a consumer group."""
-
-_FENCED_BY_GROUP = {22: "ILLEGAL_GENERATION", 25: "UNKNOWN_MEMBER_ID", 82: "FENCED_INSTANCE_ID"}
-_REBALANCING = 27
-_PRODUCER_FENCED = 47
-_RETRIABLE = {7, 14, 15, 16}
-"""REQUEST_TIMED_OUT, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR."""
-_CLOSE_S = 2.0
-
-
-class CommitFailedError(RuntimeError):
-    """A transaction failed or its outcome is unknown: its partitions start again from what is
-    committed."""
-
-
-class GroupFencedError(RuntimeError):
-    """The consumer group refused a transaction's offsets: this instance's membership is not the
-    group's current one (it lost its partitions, or a rebalance is under way)."""
-
 
 UNWRITABLE_ERRORS: tuple[type[Exception], ...] = (
     MessageSizeTooLargeError,
@@ -92,53 +80,40 @@ class TransactionStream:
     def __init__(
         self,
         *,
-        kafka: KafkaSettings,
+        transport: Transport,
         transactional_id: str,
         group_id: str,
         sessions_topic: str,
         membership: Callable[[], Membership | None],
-        transaction_timeout_ms: int,
         timeout_s: float,
         faults: FaultPoints,
     ) -> None:
-        self._kafka = kafka
+        self._transport = transport
         self.transactional_id = transactional_id
         self._group_id = group_id
         self._sessions_topic = sessions_topic
         self._membership = membership
-        self._transaction_timeout_ms = transaction_timeout_ms
         self._timeout_s = timeout_s
         self._faults = faults
-        self._producer: AIOKafkaProducer | None = None
-        self._client: AIOKafkaClient | None = None
-        """For the group coordinator's offsets; outlives the producers the stream renews."""
+        self._producer: TxnProducer | None = None
         self._queue: list[Share] = []
         self._probes: list[tuple[list[TopicPartition], asyncio.Future[None]]] = []
         self._wakeup = asyncio.Event()
-        self._partitioner = DefaultPartitioner()
-        self._partitions: dict[str, list[int]] = {}
         self.transactions = 0
         """Transactions committed so far."""
 
     async def start(self) -> None:
         """Initialise the producer (its InitProducerId aborts what an earlier incarnation of the
-        same transactional id left open)."""
+        same transactional id left open) and the group offsets reader."""
+        await self._transport.offsets.start()
         self._producer = await self._new_producer()
-        self._client = AIOKafkaClient(
-            **connection_options(self._kafka), client_id=f"{self._kafka.client_id}-offsets"
-        )
-        await self._client.bootstrap()
 
     async def close(self) -> None:
-        await _close(self._producer)
-        self._producer = None
-        if self._client is not None:
-            with contextlib.suppress(Exception):
-                await self._client.close()
-            self._client = None
-        for share in self._queue:
-            if not share.done.done():
-                share.done.set_exception(CommitFailedError("the transaction stream stopped"))
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            await producer.close()
+        await self._transport.offsets.close()
+        _fail(self._queue, CommitFailedError("the transaction stream stopped"))
         self._queue.clear()
 
     async def transact(
@@ -184,12 +159,7 @@ class TransactionStream:
     async def _probe(self, partitions: list[TopicPartition], future: asyncio.Future[None]) -> None:
         try:
             producer = await self._ready_producer()
-            await producer.begin_transaction()
-            try:
-                for tp in partitions:
-                    await producer.send(tp.topic, key=PROBE_KEY, value=None, partition=tp.partition)
-            finally:
-                await producer.abort_transaction()
+            await _abort_only(producer, partitions)
         except Exception as exc:  # noqa: BLE001 - the asker gets it; the stream goes on
             await self._renew()
             if not future.done():
@@ -227,29 +197,25 @@ class TransactionStream:
 
     async def _transact(self, batch: list[Share]) -> dict[int, int]:
         producer = await self._ready_producer()
-        deliveries: list[asyncio.Future[Any]] = []
+        deliveries: list[asyncio.Future[int]] = []
         offsets: dict[TopicPartition, OffsetAndMetadata] = {}
         for share in batch:
             for tp, committed in share.offsets.items():
                 offsets[tp] = OffsetAndMetadata(committed.offset, self.transactional_id)
+        counted = not all(share.claim for share in batch)
         try:
-            await producer.begin_transaction()
+            await producer.begin()
             states = await self._send(producer, batch, deliveries)
-            membership = self._current_membership()
-            # aiokafka's own offset commit (version 0, no membership) adds the group to the
-            # transaction; the version 3 commit of the same offsets is what the group checks.
-            await producer.send_offsets_to_transaction(offsets, self._group_id)
-            await self._commit_offsets(producer, membership, offsets)
+            await producer.commit_offsets(self._group_id, self._current_membership(), offsets)
             if deliveries:
                 await asyncio.gather(*deliveries)
             positions: dict[int, int] = {}
-            for partition, delivery, count in states:
-                end = delivery.result().offset + count
+            for partition, (delivery, count) in states:
+                end = delivery.result() + count
                 positions[partition] = max(positions.get(partition, 0), end)
-            counted = not all(share.claim for share in batch)
             if counted:
                 self._faults.reached("after_produce_before_commit")
-            await producer.commit_transaction()
+            await producer.commit()
         except BaseException:
             discard(deliveries)
             raise
@@ -263,93 +229,26 @@ class TransactionStream:
             raise GroupFencedError("not a member of a consumer group generation")
         return membership
 
-    async def _commit_offsets(
-        self,
-        producer: AIOKafkaProducer,
-        membership: Membership,
-        offsets: dict[TopicPartition, OffsetAndMetadata],
-    ) -> None:
-        client = producer.client
-        manager = producer._txn_manager
-        while True:
-            node = await client.coordinator_lookup(GROUP_COORDINATOR, self._group_id)
-            request = GroupTxnOffsetCommit(
-                transactional_id=self.transactional_id,
-                group_id=self._group_id,
-                producer_id=manager.producer_id,
-                producer_epoch=manager.producer_epoch,
-                membership=membership,
-                offsets=offsets,
-            )
-            errors = set(partition_errors(await client.send(node, request)).values())
-            errors.discard(0)
-            if not errors:
-                return
-            if fenced := errors & _FENCED_BY_GROUP.keys():
-                raise GroupFencedError(
-                    f"the group refused the offsets: {_FENCED_BY_GROUP[min(fenced)]} "
-                    f"(generation {membership.generation_id})"
-                )
-            if _REBALANCING in errors:
-                raise GroupFencedError("the group is rebalancing")
-            if _PRODUCER_FENCED in errors:
-                raise ProducerFenced()
-            if not errors <= _RETRIABLE:
-                raise CommitFailedError(f"the offset commit failed with error codes {errors}")
-            await asyncio.sleep(0.02)
-
     async def _send(
-        self, producer: AIOKafkaProducer, batch: list[Share], deliveries: list[asyncio.Future[Any]]
-    ) -> list[tuple[int, asyncio.Future[Any], int]]:
-        """One record batch per output partition (far cheaper than a send per record), in order;
-        each delivery future goes into ``deliveries`` as soon as it exists. Returns the
-        deliveries to sessions partitions with the partition and their record counts."""
-        states: list[tuple[int, asyncio.Future[Any], int]] = []
-
-        def sent(delivery: asyncio.Future[Any], topic: str, partition: int, count: int) -> None:
-            deliveries.append(delivery)
-            if topic == self._sessions_topic:
-                states.append((partition, delivery, count))
-
+        self, producer: TxnProducer, batch: list[Share], deliveries: list[asyncio.Future[int]]
+    ) -> list[tuple[int, Delivery]]:
+        """Every share's records, grouped by output partition in order; each delivery goes into
+        ``deliveries`` as soon as it exists. Returns the deliveries to sessions partitions with
+        their partition."""
         groups: dict[tuple[str, int], list[OutRecord]] = {}
         for share in batch:
             for record in share.records:
                 partition = record.partition
                 if partition is None:
-                    partition = await self._partition_of(producer, record.topic, record.key)
+                    partition = await producer.partition_of(record.topic, record.key)
                 groups.setdefault((record.topic, partition), []).append(record)
+        states: list[tuple[int, Delivery]] = []
         for (topic, partition), group in groups.items():
-            records_batch = producer.create_batch()
-            for record in group:
-                if _append(records_batch, record):
-                    continue
-                if count := records_batch.record_count():
-                    delivery = await producer.send_batch(records_batch, topic, partition=partition)
-                    sent(delivery, topic, partition, count)
-                    records_batch = producer.create_batch()
-                    if _append(records_batch, record):
-                        continue
-                # Larger than a whole batch: it travels alone.
-                alone = await producer.send(
-                    topic,
-                    value=record.value,
-                    key=record.key,
-                    partition=partition,
-                    headers=record.headers,
-                )
-                sent(alone, topic, partition, 1)
-            if count := records_batch.record_count():
-                delivery = await producer.send_batch(records_batch, topic, partition=partition)
-                sent(delivery, topic, partition, count)
+            for delivery in await producer.send(topic, partition, group):
+                deliveries.append(delivery[0])
+                if topic == self._sessions_topic:
+                    states.append((partition, delivery))
         return states
-
-    async def _partition_of(self, producer: AIOKafkaProducer, topic: str, key: bytes | None) -> int:
-        """The partition the default partitioner picks for a key (as a keyed send would)."""
-        partitions = self._partitions.get(topic)
-        if partitions is None:
-            partitions = sorted(await producer.partitions_for(topic))
-            self._partitions[topic] = partitions
-        return int(self._partitioner(key, partitions, partitions))
 
     async def stable_offsets(
         self, partitions: Iterable[TopicPartition]
@@ -369,15 +268,12 @@ class TransactionStream:
     async def _fetch(
         self, partitions: Iterable[TopicPartition], *, require_stable: bool
     ) -> dict[TopicPartition, tuple[int, str, int]]:
-        client = self._client
-        if client is None:
-            raise CommitFailedError("the transaction stream is not started")
-        node = await client.coordinator_lookup(GROUP_COORDINATOR, self._group_id)
-        request = StableOffsetFetch(self._group_id, partitions, require_stable=require_stable)
-        found = fetched_all(await client.send(node, request))
+        found = await self._transport.offsets.fetch(
+            self._group_id, partitions, require_stable=require_stable
+        )
         errors = {error for _, _, error in found.values()} - {0, UNSTABLE_OFFSET_COMMIT}
         if errors:
-            raise CommitFailedError(f"the offset fetch failed with error codes {errors}")
+            raise CommitFailedError(f"the offset fetch failed with error codes {sorted(errors)}")
         return found
 
     async def fence(self, transactional_id: str) -> None:
@@ -389,13 +285,11 @@ class TransactionStream:
             "transactional_id=<%s> | fencing the producer that holds this partition's offsets",
             transactional_id,
         )
-        producer = transactional_producer(
-            self._kafka, transactional_id, transaction_timeout_ms=self._transaction_timeout_ms
-        )
+        producer = self._transport.producer(transactional_id)
         try:
             await producer.start()
         finally:
-            await _close(producer)
+            await producer.close()
 
     async def abort_as(self, transactional_id: str, partitions: list[TopicPartition]) -> None:
         """An abort-only transaction of ``transactional_id`` on ``partitions`` (this stream's own
@@ -403,41 +297,53 @@ class TransactionStream:
         if transactional_id == self.transactional_id:
             await self.abort_probe(partitions)
             return
-        producer = transactional_producer(
-            self._kafka, transactional_id, transaction_timeout_ms=self._transaction_timeout_ms
-        )
+        producer = self._transport.producer(transactional_id)
         try:
             await producer.start()
-            await producer.begin_transaction()
-            try:
-                for tp in partitions:
-                    await producer.send(tp.topic, key=PROBE_KEY, value=None, partition=tp.partition)
-            finally:
-                await producer.abort_transaction()
+            await _abort_only(producer, partitions)
         finally:
-            await _close(producer)
+            await producer.close()
 
-    async def _ready_producer(self) -> AIOKafkaProducer:
+    async def _ready_producer(self) -> TxnProducer:
         if self._producer is None:
             self._producer = await self._new_producer()
         return self._producer
 
-    async def _new_producer(self) -> AIOKafkaProducer:
-        producer = transactional_producer(
-            self._kafka, self.transactional_id, transaction_timeout_ms=self._transaction_timeout_ms
-        )
+    async def _new_producer(self) -> TxnProducer:
+        producer = self._transport.producer(self.transactional_id)
         try:
             await producer.start()
         except BaseException:
-            await _close(producer)
+            await producer.close()
             raise
         return producer
 
     async def _renew(self) -> None:
-        """Throw the producer away; the next transaction starts a fresh one (a new epoch, which
-        aborts what the old one left open and resets its sequence numbers)."""
+        """Throw the producer away and start a fresh one: its new epoch aborts the transaction
+        the old one left open at once (it would otherwise hold back the last stable offset of
+        every partition it wrote to until the broker's transaction timeout) and resets the
+        sequence numbers. If the broker cannot be reached now, the next transaction tries."""
         producer, self._producer = self._producer, None
-        await _close(producer)
+        if producer is not None:
+            await producer.close()
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                self._producer = await self._new_producer()
+        except Exception as exc:  # noqa: BLE001 - retried by the next transaction
+            logger.warning(
+                "error=<%r> | producer not renewed yet, the next transaction retries", exc
+            )
+
+
+async def _abort_only(producer: TxnProducer, partitions: list[TopicPartition]) -> None:
+    await producer.begin()
+    try:
+        for tp in partitions:
+            probe = OutRecord(tp.topic, PROBE_KEY, None, partition=tp.partition)
+            for delivery, _ in await producer.send(tp.topic, tp.partition, [probe]):
+                await delivery
+    finally:
+        await producer.abort()
 
 
 def _loop() -> asyncio.AbstractEventLoop:
@@ -448,52 +354,3 @@ def _fail(batch: list[Share], exc: BaseException) -> None:
     for share in batch:
         if not share.done.done():
             share.done.set_exception(exc)
-
-
-def _append(batch: Any, record: OutRecord) -> bool:
-    appended = batch.append(
-        timestamp=None, key=record.key, value=record.value, headers=record.headers
-    )
-    return appended is not None
-
-
-def discard(futures: Iterable[asyncio.Future[Any]]) -> None:
-    """Give up on futures nobody will await: a finished one has its exception retrieved, a
-    pending one is cancelled (a shielded delivery then retrieves its inner future itself)."""
-    for future in futures:
-        if not future.done():
-            future.cancel()
-        elif not future.cancelled():
-            future.exception()
-
-
-def discard_leftovers(producer: AIOKafkaProducer) -> None:
-    """Retrieve the failures a stopped producer keeps inside aiokafka (0.14): the waiter of a
-    transaction that never reached its commit and the drain waiters of batches that never
-    reached a broker. Nothing awaits them, so each would be reported as never retrieved."""
-    leftovers: list[asyncio.Future[Any]] = []
-    txn = getattr(producer, "_txn_manager", None)
-    waiter = txn.wait_for_transaction_end() if txn is not None else None
-    if waiter is not None:
-        leftovers.append(waiter)
-    accumulator = getattr(producer, "_message_accumulator", None)
-    if accumulator is not None:
-        for batches in getattr(accumulator, "_batches", {}).values():
-            leftovers.extend(batch._drain_waiter for batch in batches)
-        leftovers.extend(
-            batch._drain_waiter for batch in getattr(accumulator, "_pending_batches", ())
-        )
-    for future in leftovers:
-        if future.done() and not future.cancelled():
-            future.exception()
-
-
-async def _close(producer: AIOKafkaProducer | None) -> None:
-    """Stop a producer within a bound; an open transaction it leaves is aborted by the next
-    InitProducerId of its transactional id."""
-    if producer is None:
-        return
-    with contextlib.suppress(Exception):
-        async with asyncio.timeout(_CLOSE_S):
-            await producer.stop()
-    discard_leftovers(producer)

@@ -22,6 +22,7 @@ from service.runtime.committer import Committer
 from service.runtime.faults import FaultPoints
 from service.runtime.offsets import OffsetTracker
 from service.runtime.runtime import membership_of
+from service.runtime.transport import KafkaTransport
 from service.runtime.txn_offset_commit import Membership
 from service.runtime.txn_stream import GroupFencedError, TransactionStream
 from service.runtime.work import Origin, Outcome, OutRecord
@@ -57,12 +58,13 @@ class Setup:
         self, transactional_id: str, membership: Callable[[], Membership | None] | None = None
     ) -> TransactionStream:
         return TransactionStream(
-            kafka=KafkaSettings(bootstrap_servers=self.bootstrap),
+            transport=KafkaTransport(
+                KafkaSettings(bootstrap_servers=self.bootstrap), transaction_timeout_ms=60_000
+            ),
             transactional_id=transactional_id,
             group_id=self.group,
             sessions_topic=self.sessions,
             membership=membership or (lambda: membership_of(self.member, None)),
-            transaction_timeout_ms=60_000,
             timeout_s=10.0,
             faults=FaultPoints(FaultSettings()),
         )

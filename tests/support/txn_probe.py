@@ -19,7 +19,7 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 
 from service.runtime.offset_fetch import StableOffsetFetch, fetched_all
-from service.runtime.txn_stream import GROUP_COORDINATOR
+from service.runtime.transport import GROUP_COORDINATOR
 
 VERIFICATION_OFF = {"transaction.partition.verification.enable": "false"}
 """Broker properties under which a fabricated transaction can reach a partition."""

@@ -1,0 +1,325 @@
+"""What the transaction stream needs of Kafka, and its aiokafka implementation.
+
+Guarantee: the stream reaches the broker only through :class:`TxnProducer` (one transactional
+producer: begin, send records, commit offsets under a group membership, commit or abort) and
+:class:`GroupOffsets` (the group's committed offsets, stable or not), so its rules (one
+transaction at a time, every share with its offsets, a refused share retried alone, a failed
+transaction failing exactly its shares) are tested on an in-memory implementation
+(``tests/support/memory_kafka.py``) with a failure injected at every call, and run on
+:class:`KafkaTransport` in production.
+
+Written against aiokafka 0.14.0: its producer sends TxnOffsetCommit version 0 only, which
+carries no membership, so :meth:`KafkaTxnProducer.commit_offsets` lets aiokafka add the group
+to the transaction (AddOffsetsToTxn and its own version 0 commit) and then commits the same
+offsets again with version 3 (``txn_offset_commit.py``), which the group coordinator checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.client import AIOKafkaClient
+from aiokafka.errors import ProducerFenced
+from aiokafka.partitioner import DefaultPartitioner
+from aiokafka.structs import OffsetAndMetadata
+
+from service.runtime.clients import connection_options, transactional_producer
+from service.runtime.offset_fetch import StableOffsetFetch, fetched_all
+from service.runtime.txn_offset_commit import GroupTxnOffsetCommit, Membership, partition_errors
+from service.runtime.work import OutRecord
+from service.settings import KafkaSettings
+
+GROUP_COORDINATOR = 0
+"""aiokafka's coordinator type for a consumer group."""
+
+FENCED_BY_GROUP = {22: "ILLEGAL_GENERATION", 25: "UNKNOWN_MEMBER_ID", 82: "FENCED_INSTANCE_ID"}
+REBALANCE_IN_PROGRESS = 27
+INVALID_PRODUCER_EPOCH = 47
+RETRIABLE = frozenset({7, 14, 15, 16})
+"""REQUEST_TIMED_OUT, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR."""
+_RETRY_S = 0.02
+_CLOSE_S = 2.0
+
+Delivery = tuple["asyncio.Future[int]", int]
+"""A batch sent in the open transaction: its base offset once the broker has it, and how many
+records it holds."""
+
+
+class CommitFailedError(RuntimeError):
+    """A transaction failed or its outcome is unknown: its partitions start again from what is
+    committed."""
+
+
+class GroupFencedError(RuntimeError):
+    """The consumer group refused a transaction's offsets: this instance's membership is not the
+    group's current one (it lost its partitions, or a rebalance is under way)."""
+
+
+class TxnProducer(Protocol):
+    """One transactional producer, as the stream uses it."""
+
+    transactional_id: str
+
+    async def start(self) -> None:
+        """InitProducerId: fences earlier producers of the id, aborting what they left open."""
+
+    async def close(self) -> None:
+        """Stop within a bound; an open transaction is left to the next InitProducerId."""
+
+    async def begin(self) -> None: ...
+
+    async def partition_of(self, topic: str, key: bytes | None) -> int:
+        """The partition a keyed send picks (the default partitioner's)."""
+
+    async def send(
+        self, topic: str, partition: int, records: Sequence[OutRecord]
+    ) -> list[Delivery]:
+        """Queue ``records`` for one partition in the open transaction, in order."""
+
+    async def commit_offsets(
+        self,
+        group_id: str,
+        membership: Membership,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+    ) -> None:
+        """Add the group's ``offsets`` to the transaction under ``membership``; raises
+        :class:`GroupFencedError` when the group refuses the membership."""
+
+    async def commit(self) -> None: ...
+
+    async def abort(self) -> None: ...
+
+
+class GroupOffsets(Protocol):
+    """The consumer group's committed offsets, read from its coordinator."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def fetch(
+        self, group_id: str, partitions: Iterable[TopicPartition], *, require_stable: bool
+    ) -> dict[TopicPartition, tuple[int, str, int]]:
+        """By partition: (offset or -1, metadata, error code); with ``require_stable`` a
+        partition whose offsets an open transaction may still move has error 88."""
+
+
+class Transport(Protocol):
+    """Makes the producers of the stream and reads group offsets."""
+
+    offsets: GroupOffsets
+
+    def producer(self, transactional_id: str) -> TxnProducer: ...
+
+
+class KafkaTxnProducer:
+    def __init__(self, kafka: KafkaSettings, transactional_id: str, timeout_ms: int) -> None:
+        self.transactional_id = transactional_id
+        self._producer: AIOKafkaProducer = transactional_producer(
+            kafka, transactional_id, transaction_timeout_ms=timeout_ms
+        )
+        self._partitioner = DefaultPartitioner()
+        self._partitions: dict[str, list[int]] = {}
+
+    async def start(self) -> None:
+        await self._producer.start()
+
+    async def close(self) -> None:
+        producer = self._producer
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(_CLOSE_S):
+                await producer.stop()
+        discard_leftovers(producer)
+
+    async def begin(self) -> None:
+        await self._producer.begin_transaction()
+
+    async def partition_of(self, topic: str, key: bytes | None) -> int:
+        partitions = self._partitions.get(topic)
+        if partitions is None:
+            partitions = sorted(await self._producer.partitions_for(topic))
+            self._partitions[topic] = partitions
+        return int(self._partitioner(key, partitions, partitions))
+
+    async def send(
+        self, topic: str, partition: int, records: Sequence[OutRecord]
+    ) -> list[Delivery]:
+        """One record batch per partition where they fit (far cheaper than a send per record);
+        a record larger than a whole batch travels alone."""
+        producer = self._producer
+        sent: list[Delivery] = []
+        batch = producer.create_batch()
+        for record in records:
+            if _append(batch, record):
+                continue
+            if count := batch.record_count():
+                sent.append(
+                    (_base(await producer.send_batch(batch, topic, partition=partition)), count)
+                )
+                batch = producer.create_batch()
+                if _append(batch, record):
+                    continue
+            alone = await producer.send(
+                topic,
+                value=record.value,
+                key=record.key,
+                partition=partition,
+                headers=record.headers,
+            )
+            sent.append((_base(alone), 1))
+        if count := batch.record_count():
+            sent.append(
+                (_base(await producer.send_batch(batch, topic, partition=partition)), count)
+            )
+        return sent
+
+    async def commit_offsets(
+        self,
+        group_id: str,
+        membership: Membership,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+    ) -> None:
+        producer = self._producer
+        await producer.send_offsets_to_transaction(dict(offsets), group_id)
+        client = producer.client
+        manager = producer._txn_manager
+        while True:
+            node = await client.coordinator_lookup(GROUP_COORDINATOR, group_id)
+            request = GroupTxnOffsetCommit(
+                transactional_id=self.transactional_id,
+                group_id=group_id,
+                producer_id=manager.producer_id,
+                producer_epoch=manager.producer_epoch,
+                membership=membership,
+                offsets=offsets,
+            )
+            errors = set(partition_errors(await client.send(node, request)).values()) - {0}
+            if not errors:
+                return
+            raise_for_offsets(errors, membership)
+            await asyncio.sleep(_RETRY_S)
+
+    async def commit(self) -> None:
+        await self._producer.commit_transaction()
+
+    async def abort(self) -> None:
+        await self._producer.abort_transaction()
+
+
+def raise_for_offsets(errors: set[int], membership: Membership) -> None:
+    """Raise what a refused TxnOffsetCommit means; return when every error is retriable."""
+    if fenced := errors & FENCED_BY_GROUP.keys():
+        raise GroupFencedError(
+            f"the group refused the offsets: {FENCED_BY_GROUP[min(fenced)]} "
+            f"(generation {membership.generation_id})"
+        )
+    if REBALANCE_IN_PROGRESS in errors:
+        raise GroupFencedError("the group is rebalancing")
+    if INVALID_PRODUCER_EPOCH in errors:
+        raise ProducerFenced()
+    if not errors <= RETRIABLE:
+        raise CommitFailedError(f"the offset commit failed with error codes {sorted(errors)}")
+
+
+class KafkaGroupOffsets:
+    """OffsetFetch v7 on a client of its own (it outlives the producers the stream renews)."""
+
+    def __init__(self, kafka: KafkaSettings) -> None:
+        self._kafka = kafka
+        self._client: AIOKafkaClient | None = None
+
+    async def start(self) -> None:
+        self._client = AIOKafkaClient(
+            **connection_options(self._kafka), client_id=f"{self._kafka.client_id}-offsets"
+        )
+        await self._client.bootstrap()
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.close()
+
+    async def fetch(
+        self, group_id: str, partitions: Iterable[TopicPartition], *, require_stable: bool
+    ) -> dict[TopicPartition, tuple[int, str, int]]:
+        client = self._client
+        if client is None:
+            raise CommitFailedError("the group offsets reader is not started")
+        node = await client.coordinator_lookup(GROUP_COORDINATOR, group_id)
+        request = StableOffsetFetch(group_id, partitions, require_stable=require_stable)
+        return fetched_all(await client.send(node, request))
+
+
+class KafkaTransport:
+    def __init__(self, kafka: KafkaSettings, *, transaction_timeout_ms: int) -> None:
+        self._kafka = kafka
+        self._timeout_ms = transaction_timeout_ms
+        self.offsets: GroupOffsets = KafkaGroupOffsets(kafka)
+
+    def producer(self, transactional_id: str) -> TxnProducer:
+        return KafkaTxnProducer(self._kafka, transactional_id, self._timeout_ms)
+
+
+def _append(batch: Any, record: OutRecord) -> bool:
+    appended = batch.append(
+        timestamp=None, key=record.key, value=record.value, headers=record.headers
+    )
+    return appended is not None
+
+
+def _base(delivery: asyncio.Future[Any]) -> asyncio.Future[int]:
+    """The base offset of an aiokafka delivery, as a future of its own; the delivery's failure
+    is always retrieved, whether or not anyone still waits for the offset."""
+    offset: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    def done(finished: asyncio.Future[Any]) -> None:
+        if finished.cancelled():
+            if not offset.done():
+                offset.cancel()
+            return
+        error = finished.exception()
+        if offset.done():
+            return
+        if error is not None:
+            offset.set_exception(error)
+        else:
+            offset.set_result(int(finished.result().offset))
+
+    delivery.add_done_callback(done)
+    return offset
+
+
+def discard(futures: Iterable[asyncio.Future[Any]]) -> None:
+    """Give up on futures nobody will await: a finished one has its exception retrieved, a
+    pending one is cancelled."""
+    for future in futures:
+        if not future.done():
+            future.cancel()
+        elif not future.cancelled():
+            future.exception()
+
+
+def discard_leftovers(producer: AIOKafkaProducer) -> None:
+    """Retrieve the failures a stopped producer keeps inside aiokafka (0.14): the waiter of a
+    transaction that never reached its commit and the drain waiters of batches that never
+    reached a broker. Nothing awaits them, so each would be reported as never retrieved."""
+    leftovers: list[asyncio.Future[Any]] = []
+    txn = getattr(producer, "_txn_manager", None)
+    waiter = txn.wait_for_transaction_end() if txn is not None else None
+    if waiter is not None:
+        leftovers.append(waiter)
+    accumulator = getattr(producer, "_message_accumulator", None)
+    if accumulator is not None:
+        for batches in getattr(accumulator, "_batches", {}).values():
+            leftovers.extend(batch._drain_waiter for batch in batches)
+        leftovers.extend(
+            batch._drain_waiter for batch in getattr(accumulator, "_pending_batches", ())
+        )
+    for future in leftovers:
+        if future.done() and not future.cancelled():
+            future.exception()
