@@ -42,7 +42,7 @@ def classify_refusal(
     work: CommandWork,
     stored: StoredSession | None,
     agents: Mapping[str, AgentDefinition],
-) -> Exception | None:
+) -> WireError | None:
     """The error to answer ``work`` with: the engine's verdict on a refused checkpoint resume.
 
     The wire refuses a malformed or list-wrapped checkpoint resume before any session is looked
@@ -50,7 +50,7 @@ def classify_refusal(
     does the wire's ``checkpoint_incompatible`` stand.
     """
     error = work.error
-    if not isinstance(error, WireError) or error.code != "checkpoint_incompatible":
+    if error is None or error.code != "checkpoint_incompatible":
         return error
     raw = _raw(work.record.value)
     if raw is None or error.command_id is None:

@@ -12,18 +12,15 @@ when it was read by the time the cancel was answered (see :class:`HeldAnswers`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from service.agent.cancel import CancelSignal
-from service.agent.definition import AgentDefinition
 from service.agent.loop import resolve_cancel
 from service.agent.state import SessionState
 from service.agent.types import AgentResult
-from service.observability.logs import log_context
 from service.observability.metrics import Metrics
-from service.observability.tracing import from_headers, span
-from service.runtime.bad_input import classify_refusal
 from service.runtime.control import CancelReach, ControlLedger, HeldAnswer, HeldAnswers
 from service.runtime.records import ParsedCommand, deleted_record, result_record
 from service.runtime.work import CommandWork, InputRecord, Outcome, OutRecord, StateWrite
@@ -31,11 +28,8 @@ from service.sessions.delivery import Delivery
 from service.sessions.writer import SessionWriter
 from service.settings import TopicSettings
 from service.wire.commands import CancelCommand
-from service.wire.errors import WireError
 
 logger = logging.getLogger(__name__)
-
-Handler = Callable[[CommandWork], Awaitable[None]]
 
 REMEMBERED_SESSIONS = 100_000
 """How many sessions' latest untargeted cancel an owner keeps in memory (oldest dropped), and
@@ -68,7 +62,6 @@ class CancelDesk:
         writer: SessionWriter,
         submit: Callable[[Outcome], None],
         topics: TopicSettings,
-        agents: Mapping[str, AgentDefinition],
         metrics: Metrics | None = None,
         durable: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
@@ -77,7 +70,6 @@ class CancelDesk:
         self._store = writer.store
         self._submit = submit
         self._topics = topics
-        self._agents = agents
         self._metrics = metrics if metrics is not None else Metrics()
         self._held = HeldAnswers(submit, topics.results, self._metrics)
         self._covers_until: dict[str, int] = {}
@@ -109,12 +101,12 @@ class CancelDesk:
         running = self._running.get(session_id)
         if target is not None:
             self._targets.setdefault(session_id, set()).add(target)
-            hit = running is not None and _command_id(running.work) == target
+            hit = running is not None and running.work.command_id == target
         else:
             covered = self._cover(session_id, record.timestamp_ms)
             hit = running is not None and running.work.record.timestamp_ms <= covered
         if running is not None and hit:
-            running_id = _command_id(running.work)
+            running_id = running.work.command_id
             logger.info(
                 "session_id=<%s>, command_id=<%s>, cancel_id=<%s> | signalling running invocation",
                 session_id,
@@ -129,11 +121,11 @@ class CancelDesk:
         self.ledger.read(record.origin.offset)
         return work
 
-    def deleting(self, work: CommandWork) -> None:
+    def deleting(self, work: CommandWork, command: ParsedCommand) -> None:
         """Take a delete as it is read: the session's running invocation stops now, and its
         queued commands published before the delete are answered ``cancelled`` unrun."""
         session_id = work.session_id
-        command_id: str = work.command.command_id
+        command_id = command.command_id
         timestamp_ms = work.record.timestamp_ms
         reach = self._reach.setdefault(session_id, {}).setdefault(
             command_id, CancelReach(timestamp_ms, None)
@@ -141,7 +133,7 @@ class CancelDesk:
         covered = self._cover(session_id, timestamp_ms)
         running = self._running.get(session_id)
         if running is not None and running.work.record.timestamp_ms <= covered:
-            running_id = _command_id(running.work)
+            running_id = running.work.command_id
             logger.info(
                 "session_id=<%s>, command_id=<%s>, delete_id=<%s> | stopping the running "
                 "invocation of a session being deleted",
@@ -153,7 +145,7 @@ class CancelDesk:
             if running_id is not None:
                 reach.stopped = running_id
 
-    async def _delete(self, work: CommandWork, command: ParsedCommand) -> None:
+    async def delete(self, work: CommandWork, command: ParsedCommand) -> None:
         """The delete's turn in its session's queue: tombstones for every record of the
         session, and its one result (with its input offset, as no state remembers it).
 
@@ -206,86 +198,42 @@ class CancelDesk:
         if self._durable is not None:
             await self._durable()
 
-    def wrap(self, handler: Handler) -> Handler:
-        """The session-queue handler: cancels answered, covered commands skipped, others run.
+    def answer(self, work: CommandWork, cancel: CancelCommand) -> None:
+        """The cancel's turn in its session's queue: its own result, held until the covered
+        commands queued behind it are answered (see :class:`HeldAnswers`).
 
-        Each command is handled inside its own span (parented by the trace context of its
-        record) and log context, so its outputs carry the trace and its log lines its ids.
+        Should answering it fail, what waits behind it is let go before the failure passes on
+        (to be answered as any unexpected failure is), so nothing waits for it for ever.
         """
-        dispatch = self._dispatch(handler)
-
-        async def handle(work: CommandWork) -> None:
-            command = work.command
-            command_id = command.command_id if command is not None else _wire_id(work.error)
-            with span("cairn.command", from_headers(work.record.headers)) as trace:
-                work.trace = trace.headers()
-                with log_context(
-                    session_id=work.session_id, command_id=command_id, trace_id=trace.trace_id
-                ):
-                    await dispatch(work)
-
-        return handle
-
-    def _dispatch(self, handler: Handler) -> Handler:
-        async def handle(work: CommandWork) -> None:
-            command = work.command
-            if isinstance(command, CancelCommand):
-                try:
-                    self._answer(work, command)
-                except Exception:
-                    # The poison guard answers it; what waits behind it must not wait for ever.
-                    self._held.release(work.session_id)
-                    self.ledger.answered(work.record.origin.offset)
-                    raise
-                return
-            deleting = command is not None and command.type == "delete"
-            if command is not None and not deleting and self._covered(work, command):
-                self._skip(work, command)
-                return
-            # Anything else the session does comes after the answers held so far.
+        try:
+            self._answer(work, cancel)
+        except Exception:
             self._held.release(work.session_id)
-            if deleting:
-                await self._delete(work, command)
-                return
-            if command is None:
-                try:
-                    stored = self._store.get(work.session_id)
-                    work.error = classify_refusal(work, stored, self._agents)
-                    await handler(work)
-                finally:
-                    if work.record.origin.topic == self._topics.control:
-                        self.ledger.answered(work.record.origin.offset)
-                return
-            signal = CancelSignal()
-            work.cancel = signal
-            self._running[work.session_id] = _Running(work, signal)
-            try:
-                await handler(work)
-            finally:
-                self._running.pop(work.session_id, None)
+            self.ledger.answered(work.record.origin.offset)
+            raise
 
-        return handle
+    def release(self, session_id: str) -> None:
+        """Let the session's held answers go: whatever the session does next comes after them."""
+        self._held.release(session_id)
 
-    def _cover(self, session_id: str, timestamp_ms: int) -> int:
-        covered = max(self._covers_until.pop(session_id, -1), timestamp_ms)
-        self._covers_until[session_id] = covered
-        if len(self._covers_until) > REMEMBERED_SESSIONS:
-            # The oldest cancel is forgotten: its late commands are long overdue by now.
-            del self._covers_until[next(iter(self._covers_until))]
-        return covered
+    @contextmanager
+    def running(self, work: CommandWork) -> Iterator[CancelSignal]:
+        """Mark ``work`` as its session's running invocation for the body's duration: a cancel
+        read meanwhile that covers it fires the signal it is given (``work.cancel``)."""
+        signal = CancelSignal()
+        work.cancel = signal
+        self._running[work.session_id] = _Running(work, signal)
+        try:
+            yield signal
+        finally:
+            self._running.pop(work.session_id, None)
 
-    def _applied(self, session_id: str, command_id: str) -> bool:
-        stored = self._store.get(session_id)
-        return stored is not None and stored.delivery.answered(command_id)
-
-    def _answered(self, session_id: str, cancel_id: str) -> bool:
-        """Answered before: recorded in its session's state, or here for a session without."""
-        return (session_id, cancel_id) in self._stateless or self._applied(session_id, cancel_id)
-
-    def _covered(self, work: CommandWork, command: ParsedCommand) -> bool:
+    def covered(self, work: CommandWork, command: ParsedCommand) -> bool:
+        """A cancel read so far (here, or by an earlier owner and recorded in the session's
+        state) covers the command: it must not run."""
         session_id = work.session_id
         if self._applied(session_id, command.command_id):
-            return False  # a redelivery: the invoker recognises it and answers nothing
+            return False  # a redelivery: answered before, it is not answered again
         targets = self._targets.get(session_id)
         if targets is not None and command.command_id in targets:
             return True
@@ -294,7 +242,7 @@ class CancelDesk:
         covered = max(self._covers_until.get(session_id, -1), -1 if durable is None else durable)
         return work.record.timestamp_ms <= covered
 
-    def _skip(self, work: CommandWork, command: ParsedCommand) -> None:
+    def skip(self, work: CommandWork, command: ParsedCommand) -> None:
         """Answer a covered command ``cancelled`` without running it."""
         session_id = work.session_id
         held = self._held.of(session_id)
@@ -342,6 +290,22 @@ class CancelDesk:
             self._submit(
                 Outcome(records=[record], state=write, finished=[work.record.origin], results=1)
             )
+
+    def _cover(self, session_id: str, timestamp_ms: int) -> int:
+        covered = max(self._covers_until.pop(session_id, -1), timestamp_ms)
+        self._covers_until[session_id] = covered
+        if len(self._covers_until) > REMEMBERED_SESSIONS:
+            # The oldest cancel is forgotten: its late commands are long overdue by now.
+            del self._covers_until[next(iter(self._covers_until))]
+        return covered
+
+    def _applied(self, session_id: str, command_id: str) -> bool:
+        stored = self._store.get(session_id)
+        return stored is not None and stored.delivery.answered(command_id)
+
+    def _answered(self, session_id: str, cancel_id: str) -> bool:
+        """Answered before: recorded in its session's state, or here for a session without."""
+        return (session_id, cancel_id) in self._stateless or self._applied(session_id, cancel_id)
 
     def _answer(self, work: CommandWork, cancel: CancelCommand) -> None:
         """The cancel's own result, after everything before it in its session was dealt with."""
@@ -453,11 +417,6 @@ class CancelDesk:
         return self._writer.write(state, seq, delivery)
 
 
-def _command_id(work: CommandWork) -> str | None:
-    command = work.command
-    return command.command_id if isinstance(command, ParsedCommand) else None
-
-
 def _plain_cancelled(state: SessionState) -> AgentResult:
     """A ``cancelled`` result that resolves nothing (the session's pause, if any, is kept)."""
     bare = state.snapshot()
@@ -466,7 +425,3 @@ def _plain_cancelled(state: SessionState) -> AgentResult:
     bare.inflight = None
     result, _ = resolve_cancel(bare)
     return result
-
-
-def _wire_id(error: Exception | None) -> str | None:
-    return error.command_id if isinstance(error, WireError) else None

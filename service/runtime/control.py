@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal
 
 from service.agent.types import AgentResult
 from service.observability.metrics import Metrics
-from service.runtime.records import RECORD_MAX_BYTES, dlq_record, session_key
+from service.runtime.records import RECORD_MAX_BYTES
 from service.runtime.work import CommandWork, InputRecord, Origin, Outcome, OutRecord, StateWrite
 from service.wire.codec import decode_control, encode_result
 from service.wire.commands import CancelCommand
@@ -117,7 +117,7 @@ class ControlLedger:
         self._open[offset] = False
 
     def answered(self, offset: int) -> None:
-        """The record's outcome was submitted (or the poison guard answers it)."""
+        """The record's outcome was submitted (or its failure is answered in its place)."""
         if offset in self._open:
             self._open[offset] = True
             self._flush()
@@ -240,45 +240,26 @@ class HeldAnswers:
 class ControlHandler:
     def __init__(
         self,
-        submit: Callable[[Outcome], None],
         desk: CancelDesk,
         put: Callable[[CommandWork], None],
-        dlq_topic: str,
-        metrics: Metrics | None = None,
+        undecodable: Callable[[InputRecord, WireError], CommandWork | None],
         max_bytes: int = RECORD_MAX_BYTES,
     ) -> None:
         self._max_bytes = max_bytes
-        self._submit = submit
         self._desk = desk
         self._put = put
-        self._dlq_topic = dlq_topic
-        self._metrics = metrics if metrics is not None else Metrics()
+        self._undecodable = undecodable
 
     def handle(self, record: InputRecord) -> None:
         try:
             cancel = parse_cancel(record, self._max_bytes)
         except WireError as exc:
-            if exc.answerable and exc.session_id is not None:
+            work = self._undecodable(record, exc)
+            if work is not None:
                 # Answered in its session's queue: answers that wait for earlier control
                 # records wait for this one too.
                 self._desk.ledger.read(record.origin.offset)
-                self._put(CommandWork(record, exc.session_id, None, exc))
-                return
-            logger.warning(
-                "key=<%s>, offset=<%d>, reason=<%s> | undecodable control record sent to the dlq",
-                session_key(record),
-                record.origin.offset,
-                exc.reason,
-            )
-            self._metrics.command("cancel", "dlq")
-            self._metrics.dlq(exc.code)
-            self._submit(
-                Outcome(
-                    records=[dlq_record(self._dlq_topic, record, exc.reason, exc.code)],
-                    finished=[record.origin],
-                    replay_unsafe=True,
-                )
-            )
+                self._put(work)
             return
         logger.info(
             "session_id=<%s>, cancel_id=<%s>, target=<%s> | cancel read",

@@ -1,27 +1,25 @@
 """Runs one command of one session through the engine and hands what it produced to the committer.
 
-Guarantees: a command already applied to the session is answered never again; every other
-command ends in exactly one result (an ``error`` result when it is rejected, fails, or its state
-would exceed the size limit); every boundary the engine passes is committed, with its in-flight
-marker, before the invocation goes past it, so a crash continues from there. Nothing here opens
-a transaction.
+Guarantees: every boundary the engine passes is committed, with its in-flight marker, before the
+invocation goes past it, so a crash continues from there; a run ends in its result, committed
+with the command's offset and the session's new state, or raises for its caller to answer (see
+:mod:`service.runtime.command_path`); every output carries what replaces it should the broker
+refuse it. Nothing here opens a transaction.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import socket
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
 from pydantic import ValidationError
 
 from service.agent.definition import AgentDefinition
-from service.agent.errors import EngineError, UnknownAgentError
 from service.agent.events import (
     Boundary,
     CheckpointReached,
@@ -40,35 +38,21 @@ from service.agent.outcomes import OUTCOME_UNKNOWN
 from service.agent.state import SessionState
 from service.agent.types import AgentResult
 from service.observability.metrics import Metrics
-from service.runtime.records import (
-    ParsedCommand,
-    dlq_record,
-    event_record,
-    failure_record,
-    result_record,
-)
+from service.runtime.answers import Answers
+from service.runtime.records import ParsedCommand, event_record, result_record
 from service.runtime.work import CommandWork, Origin, Outcome, OutRecord
 from service.sessions.delivery import Delivery
 from service.sessions.store import StoredSession
-from service.sessions.writer import SessionWriter, StateTooLargeError
+from service.sessions.writer import SessionWriter
 from service.settings import TopicSettings
-from service.wire.errors import ERROR_CODES, ErrorCode, WireError
 
 logger = logging.getLogger(__name__)
-
-STATE_TOO_LARGE: ErrorCode = "limit_exceeded"
-"""Error code of a command whose session state outgrew ``state_record_max_bytes``."""
-
 
 INSTANCE = f"{socket.gethostname()}:{os.getpid()}"
 """This process, as the ledger of ``once`` tools records who started them."""
 
-FALLBACK_RESULT_MAX_BYTES = 16_384
-"""Bound of the error result that replaces an output the broker refused: echoed metadata above
-it is left out, so the replacement fits any topic a deployment could configure."""
 
-
-class _AbandonedError(Exception):
+class AbandonedError(Exception):
     """The owner is stopping and the invocation is at a committed boundary: leave it there."""
 
 
@@ -82,6 +66,7 @@ class _Run:
     """What one command has produced so far and not yet submitted."""
 
     work: CommandWork
+    command: ParsedCommand
     stored: StoredSession
     events: list[OutRecord]
     text: list[str]
@@ -91,18 +76,17 @@ class Invoker:
     def __init__(
         self,
         *,
-        agents: Mapping[str, AgentDefinition],
         writer: SessionWriter,
         submit: Callable[[Outcome], None],
         durable: Callable[[], Awaitable[None]],
         stopping: Callable[[], bool],
         topics: TopicSettings,
+        answers: Answers,
         state_max_bytes: int,
         result_max_bytes: int | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         self._metrics = metrics if metrics is not None else Metrics()
-        self._agents = agents
         self._writer = writer
         self._store = writer.store
         self._result_max_bytes = result_max_bytes
@@ -110,77 +94,26 @@ class Invoker:
         self._durable = durable
         self._stopping = stopping
         self._topics = topics
+        self._answers = answers
         self._state_max_bytes = state_max_bytes
 
-    async def handle(self, work: CommandWork) -> None:
-        origin = work.record.origin
-        stored = self._store.get(work.session_id)
-        command_id = _command_id(work)
-        if stored is not None and command_id and stored.delivery.answered(command_id):
-            # Refusals are remembered too, so a re-read or re-published refused command is not
-            # answered a second time.
-            logger.info(
-                "session_id=<%s>, command_id=<%s> | duplicate command, already answered",
-                work.session_id,
-                command_id,
-            )
-            self._metrics.command(_command_type(work), "duplicate")
-            self._submit(Outcome(finished=[origin]))
-            return
-        if work.command is None:
-            self._reject(work, stored, work.error)
-            return
-        command: ParsedCommand = work.command
-        agent_name = command.agent or (stored.state.agent if stored is not None else None)
-        agent = self._agents.get(agent_name) if agent_name else None
-        if agent is None:
-            self._reject(
-                work, stored, UnknownAgentError(f"agent {agent_name!r} is not hosted here")
-            )
-            return
-        if stored is None:
-            stored = StoredSession(SessionState(session_id=command.session_id, agent=agent.name))
-        try:
-            with self._metrics.inflight():
-                await self._run(work, command, agent, stored)
-        except EngineError as exc:
-            self._reject(work, stored, exc)
-        except _AbandonedError:
-            # Its offset stays unfinished: the next owner redelivers it and the engine goes on
-            # from the boundary just committed.
-            self._metrics.command(command.type, "abandoned")
-            logger.info(
-                "session_id=<%s>, command_id=<%s> | stopping: invocation left at its boundary",
-                command.session_id,
-                command.command_id,
-            )
-        except (StateTooLargeError, ResultTooLargeError) as exc:
-            logger.error(
-                "session_id=<%s>, command_id=<%s>, error=<%s> | command failed",
-                command.session_id,
-                command.command_id,
-                exc,
-            )
-            self._fail(work, stored, STATE_TOO_LARGE, str(exc))
-        except Exception as exc:
-            logger.exception(
-                "session_id=<%s>, command_id=<%s> | command failed unexpectedly",
-                command.session_id,
-                command.command_id,
-            )
-            self._fail(work, stored, "internal", f"{type(exc).__name__}: {exc}")
-        except asyncio.CancelledError:
-            # Only a cancel of this task (the owner stopping) may leave the command unanswered;
-            # a CancelledError leaked by a library's inner timeout is a failure like any other.
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise
-            logger.exception(
-                "session_id=<%s>, command_id=<%s> | command failed with a stray cancel",
-                command.session_id,
-                command.command_id,
-            )
-            self._fail(work, stored, "internal", "CancelledError: not a cancel of the command")
+    async def run(
+        self,
+        work: CommandWork,
+        command: ParsedCommand,
+        agent: AgentDefinition,
+        stored: StoredSession,
+    ) -> None:
+        """Run ``command`` on ``agent`` from the session as ``stored`` until the engine stops.
+
+        Raises the engine's :class:`~service.agent.errors.EngineError` when it refuses the
+        command, :class:`~service.sessions.writer.StateTooLargeError` or
+        :class:`ResultTooLargeError` when what it made exceeds the record limit, and
+        :class:`AbandonedError` when the owner is stopping and the run was left at a committed
+        boundary; any other failure passes on as it is.
+        """
+        with self._metrics.inflight():
+            await self._run(work, command, agent, stored)
 
     async def _run(
         self,
@@ -198,7 +131,7 @@ class Invoker:
             result_max_bytes=self._result_max_bytes,
             instance=INSTANCE,
         )
-        run = _Run(work=work, stored=stored, events=[], text=[])
+        run = _Run(work=work, command=command, stored=stored, events=[], text=[])
         seq = stored.event_seq
         observe_step = self._metrics.observe_step
         step_started = time.perf_counter()
@@ -230,7 +163,7 @@ class Invoker:
                         # The broker refused the boundary; its fallback answered the command.
                         return
                     if self._stopping():
-                        raise _AbandonedError
+                        raise AbandonedError
                 elif isinstance(event, ToolLedger):
                     # A once tool starts only once its start is committed; its result is
                     # committed as soon as it is in, not with the rest of the batch.
@@ -279,9 +212,9 @@ class Invoker:
         finished: Origin | None,
         result: AgentResult | None,
     ) -> Outcome:
-        outcome = Outcome(fallback=self._fallback(run.work, run.stored))
+        outcome = Outcome(fallback=self._answers.instead_of_refused(run.work, run.stored))
         if result is not None and finished is not None:
-            command: ParsedCommand = run.work.command
+            command = run.command
             record = result_record(
                 self._topics.results,
                 command.session_id,
@@ -300,7 +233,7 @@ class Invoker:
         # the store ahead of the changelog.
         outcome.state = self._writer.write(state, seq, delivery)
         if result is not None:
-            self._count_result(run.work.command.type, result)
+            self._count_result(run.command.type, result)
         outcome.records[:0] = run.events
         run.events = []
         stored = self._store.get(state.session_id)
@@ -314,25 +247,6 @@ class Invoker:
         since the invocation started)."""
         latest = self._store.get(session_id)
         return latest.delivery if latest is not None else Delivery()
-
-    def _fallback(
-        self, work: CommandWork, before: StoredSession
-    ) -> Callable[[BaseException], Outcome]:
-        """What answers the command when the broker refuses its output for good: the command
-        dead-lettered, a small ``internal`` error result, and the session as it was before."""
-
-        def build(error: BaseException) -> Outcome:
-            reason = f"the command's output was refused by the broker: {error}"
-            # What the refused outcome wrote is not on the changelog: the next write is a
-            # change of the state before it.
-            self._store.put(work.session_id, before)
-            outcome = self._failure(
-                work, before, "internal", reason, seq=None, max_bytes=FALLBACK_RESULT_MAX_BYTES
-            )
-            outcome.records.insert(0, dlq_record(self._topics.dlq, work.record, reason, "internal"))
-            return outcome
-
-        return build
 
     def _publish_progress(self, run: _Run, seq: int) -> None:
         """Commit the events so far now, not at the next boundary: a tool that runs for minutes
@@ -391,80 +305,6 @@ class Invoker:
         run.events.append(record)
         return seq + 1
 
-    def _reject(
-        self, work: CommandWork, stored: StoredSession | None, error: Exception | None
-    ) -> None:
-        code: ErrorCode = "internal"
-        message = str(error)
-        if isinstance(error, EngineError):
-            code, message = _known_code(error.code), error.message
-        elif isinstance(error, WireError):
-            code, message = error.code, error.reason
-        logger.info(
-            "session_id=<%s>, code=<%s>, reason=<%s> | command rejected",
-            work.session_id,
-            code,
-            message,
-        )
-        self._fail(work, stored, code, message)
-
-    def _fail(
-        self, work: CommandWork, stored: StoredSession | None, code: ErrorCode, message: str
-    ) -> None:
-        """Answer with an ``error`` result; the session keeps its state from before the command."""
-        self._metrics.command(_command_type(work), "error")
-        self._metrics.result("error", code)
-        latest = self._store.get(work.session_id)
-        self._submit(
-            self._failure(
-                work, stored, code, message, seq=latest.event_seq if latest is not None else 0
-            )
-        )
-
-    def _failure(
-        self,
-        work: CommandWork,
-        stored: StoredSession | None,
-        code: ErrorCode,
-        message: str,
-        *,
-        seq: int | None,
-        max_bytes: int | None = None,
-    ) -> Outcome:
-        """The outcome of an ``error`` answer: the result and the session state from before the
-        command with the command marked applied, so a re-read of it is answered never again.
-
-        A session with no state yet gets one that holds only that mark (no agent, no messages).
-        ``seq`` is the session's latest event sequence number, when it may be ahead of
-        ``stored``'s.
-        """
-        command: ParsedCommand | None = work.command
-        command_id = _command_id(work)
-        metadata = command.metadata if command is not None else None
-        outcome = Outcome(finished=[work.record.origin], results=1, replay_unsafe=True)
-        outcome.records.append(
-            failure_record(
-                self._topics.results,
-                work.session_id,
-                command_id or "",
-                code,
-                message,
-                metadata,
-                work.trace,
-                max_bytes=max_bytes if max_bytes is not None else self._state_max_bytes,
-            )
-        )
-        if command_id:
-            if stored is None:
-                stored = StoredSession(SessionState(session_id=work.session_id))
-            event_seq = max(stored.event_seq, seq or 0)
-            state = stored.state.snapshot()
-            state.inflight = None
-            delivery = self._delivery(work.session_id).finished(command_id)
-            outcome.state = self._writer.write(state, event_seq, delivery)
-            outcome.replay_unsafe = False
-        return outcome
-
     def _count_result(self, command_type: str, result: AgentResult) -> None:
         stop_reason = result.stop_reason
         error = result.error
@@ -475,23 +315,6 @@ class Invoker:
 
 _OUTCOMES: dict[str, str] = {"cancelled": "cancelled", "error": "error"}
 """Command outcome by the stop reason of its result; every other stop reason is ``ok``."""
-
-
-def _known_code(code: str) -> ErrorCode:
-    return cast("ErrorCode", code) if code in ERROR_CODES else "internal"
-
-
-def _command_id(work: CommandWork) -> str | None:
-    """The id of the command ``work`` holds, also when it was refused before being decoded."""
-    if work.command is not None:
-        command_id: str = work.command.command_id
-        return command_id
-    error = work.error
-    return error.command_id if isinstance(error, WireError) else None
-
-
-def _command_type(work: CommandWork) -> str:
-    return work.command.type if work.command is not None else "other"
 
 
 def describe_event(event: object) -> tuple[str, dict[str, Any]]:

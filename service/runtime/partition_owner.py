@@ -24,14 +24,15 @@ from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
 
 from service.agent.definition import AgentDefinition
 from service.observability.metrics import Metrics
+from service.runtime.answers import Answers
 from service.runtime.cancels import CancelDesk
+from service.runtime.command_path import NOT_THE_RECORDS, CommandPath
 from service.runtime.committer import CommitObserver, Committer
 from service.runtime.control import ControlHandler
 from service.runtime.faults import FaultPoints
 from service.runtime.invoker import Invoker
 from service.runtime.offsets import OffsetTracker
-from service.runtime.poison import NOT_THE_RECORDS, PoisonGuard
-from service.runtime.records import dlq_record, event_record, parse_command, session_key
+from service.runtime.records import event_record, parse_command
 from service.runtime.restore import SessionsReader
 from service.runtime.session_queue import SessionQueues
 from service.runtime.standby import Standby
@@ -122,7 +123,7 @@ class PartitionOwner:
         self._committer: Committer | None = None
         self._control: ControlHandler | None = None
         self._cancels: CancelDesk | None = None
-        self._guard: PoisonGuard | None = None
+        self._path: CommandPath | None = None
         self._table: SqliteTable | None = None
         self._drained = False
         """The owner stopped with its last commit done (its local store can be trusted)."""
@@ -244,13 +245,20 @@ class PartitionOwner:
             on_durable=store.committed,
             metrics=self._ctx.metrics,
         )
+        answers = Answers(
+            writer=writer,
+            submit=committer.submit,
+            topics=self._topics,
+            metrics=self._ctx.metrics,
+            max_bytes=settings.runtime.state_record_max_bytes,
+        )
         invoker = Invoker(
-            agents=self._ctx.agents,
             writer=writer,
             submit=committer.submit,
             durable=committer.flush,
             stopping=self._stop_requested.is_set,
             topics=self._topics,
+            answers=answers,
             state_max_bytes=settings.runtime.state_record_max_bytes,
             result_max_bytes=settings.sessions.result_max_bytes,
             metrics=self._ctx.metrics,
@@ -260,7 +268,6 @@ class PartitionOwner:
             writer=writer,
             submit=committer.submit,
             topics=self._topics,
-            agents=self._ctx.agents,
             metrics=self._ctx.metrics,
             durable=committer.flush,
         )
@@ -278,20 +285,22 @@ class PartitionOwner:
                     limit_s=settings.runtime.commit_timeout_s + WATCH_S,
                 )
             )
-            self._guard = PoisonGuard(
-                writer=writer,
+            self._path = path = CommandPath(
+                store=store,
+                cancels=cancels,
+                invoker=invoker,
+                answers=answers,
                 submit=committer.submit,
+                agents=self._ctx.agents,
                 topics=self._topics,
                 faults=self._ctx.faults,
                 metrics=self._ctx.metrics,
             )
-            self._queues = SessionQueues(tasks, self._guard.wrap(cancels.wrap(invoker.handle)))
+            self._queues = SessionQueues(tasks, path.handle)
             self._control = ControlHandler(
-                committer.submit,
                 cancels,
                 self._queues.put,
-                self._topics.dlq,
-                self._ctx.metrics,
+                path.undecodable,
                 max_bytes=settings.runtime.state_record_max_bytes,
             )
             ttl_s = settings.sessions.idle_ttl_s
@@ -427,39 +436,24 @@ class PartitionOwner:
         except NOT_THE_RECORDS:
             raise
         except Exception as exc:  # noqa: BLE001 - a poison record must not stop the partition
-            assert self._guard is not None
-            self._guard.record_failed(record, exc)
+            assert self._path is not None
+            self._path.record_failed(record, exc)
 
     def _route_record(self, record: InputRecord) -> None:
         if record.origin.topic == self._topics.control:
             assert self._control is not None
             self._control.handle(record)
             return
-        assert self._queues is not None and self._committer is not None
+        assert self._queues is not None and self._path is not None
         try:
             command = parse_command(record, self._ctx.settings.runtime.state_record_max_bytes)
         except WireError as exc:
-            if exc.answerable and exc.session_id is not None:
-                self._queues.put(CommandWork(record, exc.session_id, None, exc))
-                return
-            logger.warning(
-                "key=<%s>, offset=<%d>, reason=<%s> | undecodable command sent to the dlq",
-                session_key(record),
-                record.origin.offset,
-                exc.reason,
-            )
-            self._ctx.metrics.command("other", "dlq")
-            self._ctx.metrics.dlq(exc.code)
-            self._committer.submit(
-                Outcome(
-                    records=[dlq_record(self._topics.dlq, record, exc.reason, exc.code)],
-                    finished=[record.origin],
-                    replay_unsafe=True,
-                )
-            )
+            refused = self._path.undecodable(record, exc)
+            if refused is not None:
+                self._queues.put(refused)
             return
         work = CommandWork(record, command.session_id, command)
         if command.type == "delete":
             assert self._cancels is not None
-            self._cancels.deleting(work)
+            self._cancels.deleting(work, command)
         self._queues.put(work)

@@ -8,10 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from service.agent.cancel import CancelSignal
 from service.sessions.writer import StateWrite
+from service.wire.commands import CancelCommand
+from service.wire.errors import WireError
+
+if TYPE_CHECKING:
+    from service.runtime.records import ParsedCommand
 
 __all__ = ["CommandWork", "InputRecord", "Origin", "OutRecord", "Outcome", "StateWrite"]
 
@@ -38,17 +43,31 @@ class InputRecord:
 
 @dataclass(slots=True)
 class CommandWork:
-    """A decoded command waiting in its session's queue."""
+    """A record waiting in its session's queue: its decoded command, or why it did not decode."""
 
     record: InputRecord
     session_id: str
-    command: Any
-    """The wire's decoded command, or ``None`` when decoding failed (see ``error``)."""
-    error: Exception | None = None
+    command: ParsedCommand | CancelCommand | None
+    """An invoke, resume or delete of the commands topic, a cancel of the control topic, or
+    ``None`` when decoding failed (see ``error``)."""
+    error: WireError | None = None
+    """Why the record did not decode, when it still named its session (and its id, if read)."""
     cancel: CancelSignal | None = None
     """The invocation's cancel signal, set just before it runs."""
     trace: list[tuple[str, bytes]] | None = None
     """Trace-context headers of the command's span, put on every result and event it causes."""
+
+    @property
+    def command_id(self) -> str | None:
+        """The command's id, also when it did not decode but its id could be read."""
+        if self.command is not None:
+            return self.command.command_id
+        return self.error.command_id if self.error is not None else None
+
+    @property
+    def command_type(self) -> str:
+        """The command's type as the metrics count it (``other`` when it did not decode)."""
+        return self.command.type if self.command is not None else "other"
 
 
 @dataclass(frozen=True, slots=True)

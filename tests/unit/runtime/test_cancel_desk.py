@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -12,8 +13,10 @@ from service.agent.definition import AgentDefinition
 from service.agent.state import Inflight, PendingBatch, SessionState
 from service.agent.types import Checkpoint, Interrupt
 from service.observability.metrics import CANCEL_OUTCOMES, Metrics
+from service.runtime.answers import Answers
 from service.runtime.bad_input import classify_refusal
 from service.runtime.cancels import CancelDesk
+from service.runtime.command_path import CommandPath
 from service.runtime.records import ParsedCommand
 from service.runtime.session_queue import SessionQueues
 from service.runtime.work import CommandWork, InputRecord, Origin, Outcome, OutRecord
@@ -45,17 +48,43 @@ def _cancel(offset: int, ts: int, **fields: Any) -> tuple[InputRecord, CancelCom
     return _record(TOPICS.control, offset, ts), command
 
 
+Step = Callable[[CommandWork], Awaitable[None]]
+
+
+class _Engine:
+    """Stands in for the invoker: every command that reaches the engine goes to ``step``."""
+
+    def __init__(self, step: Step) -> None:
+        self.step = step
+
+    async def run(self, work: CommandWork, *_: object) -> None:
+        await self.step(work)
+
+
 class _Desk:
     def __init__(self, store: SessionStore | None = None) -> None:
         self.store = store if store is not None else SessionStore()
         self.outcomes: list[Outcome] = []
         self.ran: list[str] = []
         self.metrics = Metrics()
+        self.writer = writer_for(self.store)
         self.desk = CancelDesk(
-            writer=writer_for(self.store),
+            writer=self.writer,
             submit=self.outcomes.append,
             topics=TOPICS,
-            agents={},
+            metrics=self.metrics,
+        )
+
+    def path(self, step: Step) -> CommandPath:
+        """The command path over this desk, its engine replaced by ``step``."""
+        return CommandPath(
+            store=self.store,
+            cancels=self.desk,
+            invoker=_Engine(step),
+            answers=Answers(writer=self.writer, submit=self.outcomes.append, topics=TOPICS),
+            submit=self.outcomes.append,
+            agents={"a": AgentDefinition(name="a", model=CycleModel(1))},
+            topics=TOPICS,
             metrics=self.metrics,
         )
 
@@ -65,7 +94,7 @@ class _Desk:
         async def handler(item: CommandWork) -> None:
             self.ran.append(item.command.command_id)
 
-        await self.desk.wrap(handler)(work)
+        await self.path(handler).handle(work)
         await asyncio.sleep(0)
 
     def cancels(self) -> dict[str, float]:
@@ -111,13 +140,13 @@ async def test_a_running_invocation_is_signalled_only_when_covered() -> None:
         assert item.cancel is not None
         seen.append(item.cancel.immediate)
 
-    running = asyncio.create_task(t.desk.wrap(handler)(_command("c", 1, ts=200)))
+    running = asyncio.create_task(t.path(handler).handle(_command("c", 1, ts=200)))
     await asyncio.sleep(0)
     t.desk.read(*_cancel(0, ts=150))  # published before the running command: not covered
     gate.set()
     await running
     gate.clear()
-    running = asyncio.create_task(t.desk.wrap(handler)(_command("d", 2, ts=200)))
+    running = asyncio.create_task(t.path(handler).handle(_command("d", 2, ts=200)))
     await asyncio.sleep(0)
     t.desk.read(*_cancel(1, ts=250, message="stop"))
     gate.set()
@@ -130,10 +159,11 @@ async def test_a_target_not_seen_yet_is_answered_ahead_and_once() -> None:
     work = t.desk.read(*_cancel(0, ts=100, target_command_id="t"))
     await t.run(work)
     assert t.answered() == [("t", "cancelled"), ("x0", "cancelled")]
-    # Arriving later (even published later) it is known as answered: the invoker skips it.
+    # Arriving later (even published later) it is known as answered: it is skipped unrun.
     await t.run(_command("t", 1, ts=500))
-    assert t.ran == ["t"]
+    assert t.ran == []
     assert len(t.answered()) == 2
+    assert t.outcomes[-1] == Outcome(finished=[Origin(TOPICS.commands, 0, 1)])
     stored = t.store.get("s")
     assert stored is not None and stored.delivery.answered("t")
 
@@ -307,7 +337,7 @@ async def _route_as_one_fetch(t: _Desk, *works: CommandWork) -> None:
         await asyncio.sleep(0)  # a real invocation yields to the event loop
 
     async with asyncio.TaskGroup() as tasks:
-        queues = SessionQueues(tasks, t.desk.wrap(handler))
+        queues = SessionQueues(tasks, t.path(handler).handle)
         for work in works:
             queues.put(work)
         await queues.wait_idle()
@@ -361,7 +391,7 @@ async def test_a_running_invocation_is_answered_before_the_cancel_that_stopped_i
         t.outcomes.append(Outcome(records=[_stub_result(item.command.command_id)]))
 
     async with asyncio.TaskGroup() as tasks:
-        queues = SessionQueues(tasks, t.desk.wrap(handler))
+        queues = SessionQueues(tasks, t.path(handler).handle)
         queues.put(_command("c", 1, ts=90))
         await asyncio.sleep(0)
         queues.put(t.desk.read(*_cancel(0, ts=100)))
@@ -406,7 +436,7 @@ async def test_a_stateless_answer_waits_for_every_earlier_control_record() -> No
         await gate.wait()
 
     async with asyncio.TaskGroup() as tasks:
-        queues = SessionQueues(tasks, t.desk.wrap(handler))
+        queues = SessionQueues(tasks, t.path(handler).handle)
         queues.put(_command("c", 0, ts=200))  # published after the cancel: it runs on
         await asyncio.sleep(0)
         queues.put(t.desk.read(*_cancel(1, ts=100)))  # waits behind "c"

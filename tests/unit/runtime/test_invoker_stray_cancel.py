@@ -1,4 +1,4 @@
-"""The invoker without a broker: a CancelledError that is not a cancel of the task is a failure.
+"""The engine step without a broker: a CancelledError that is not a cancel of the task is a failure.
 
 Such a command is answered (``internal``) and the next command of its session is handled; a real
 cancel of the task still propagates and answers nothing.
@@ -15,6 +15,9 @@ import pytest
 from service.agent.definition import AgentDefinition
 from service.agent.provider import ModelChunk, ModelProvider, ModelRequest
 from service.providers.scripted import ScriptedModel
+from service.runtime.answers import Answers
+from service.runtime.cancels import CancelDesk
+from service.runtime.command_path import CommandPath
 from service.runtime.invoker import Invoker
 from service.runtime.records import ParsedCommand
 from service.runtime.session_queue import SessionQueues
@@ -59,18 +62,30 @@ def _work(agent: str, command_id: str, offset: int) -> CommandWork:
     return CommandWork(record, "s", command)
 
 
-def _invoker(outcomes: list[Outcome], **models: ModelProvider) -> Invoker:
+def _path(outcomes: list[Outcome], **models: ModelProvider) -> CommandPath:
+    """A command path with the real invoker, its engine running the agents of ``models``."""
+
     async def durable() -> None:
         return None
 
-    return Invoker(
-        agents={name: AgentDefinition(name=name, model=model) for name, model in models.items()},
-        writer=writer_for(),
+    writer = writer_for()
+    answers = Answers(writer=writer, submit=outcomes.append, topics=TOPICS, max_bytes=1 << 20)
+    return CommandPath(
+        store=writer.store,
+        cancels=CancelDesk(writer=writer, submit=outcomes.append, topics=TOPICS),
+        invoker=Invoker(
+            writer=writer,
+            submit=outcomes.append,
+            durable=durable,
+            stopping=lambda: False,
+            topics=TOPICS,
+            answers=answers,
+            state_max_bytes=1 << 20,
+        ),
+        answers=answers,
         submit=outcomes.append,
-        durable=durable,
-        stopping=lambda: False,
+        agents={name: AgentDefinition(name=name, model=model) for name, model in models.items()},
         topics=TOPICS,
-        state_max_bytes=1 << 20,
     )
 
 
@@ -87,9 +102,9 @@ def _answers(outcomes: list[Outcome]) -> dict[str, dict[str, object]]:
 
 async def test_a_stray_cancel_is_answered_and_the_next_command_runs() -> None:
     outcomes: list[Outcome] = []
-    invoker = _invoker(outcomes, leaky=LeakyModel(), fine=ScriptedModel(["done"]))
+    path = _path(outcomes, leaky=LeakyModel(), fine=ScriptedModel(["done"]))
     async with asyncio.TaskGroup() as tasks:
-        queues = SessionQueues(tasks, invoker.handle)
+        queues = SessionQueues(tasks, path.handle)
         queues.put(_work("leaky", "c1", 0))
         queues.put(_work("fine", "c2", 1))
         await asyncio.wait_for(queues.wait_idle(), 5)
@@ -105,8 +120,8 @@ async def test_a_stray_cancel_is_answered_and_the_next_command_runs() -> None:
 async def test_a_cancel_of_the_task_still_propagates_unanswered() -> None:
     outcomes: list[Outcome] = []
     model = HangingModel()
-    invoker = _invoker(outcomes, hanging=model)
-    task = asyncio.create_task(invoker.handle(_work("hanging", "c1", 0)))
+    path = _path(outcomes, hanging=model)
+    task = asyncio.create_task(path.handle(_work("hanging", "c1", 0)))
     await asyncio.wait_for(model.called.wait(), 5)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

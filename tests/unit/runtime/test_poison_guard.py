@@ -1,23 +1,33 @@
-"""The poison guard without a broker: an unexpected failure answers its record once, and only."""
+"""The command path's last line without a broker: an unexpected failure answers its record once,
+and only."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import orjson
 import pytest
 
+from service.agent.definition import AgentDefinition
 from service.agent.state import Inflight, SessionState
-from service.runtime.poison import PoisonGuard
+from service.runtime.answers import Answers
+from service.runtime.cancels import CancelDesk
+from service.runtime.command_path import CommandPath
+from service.runtime.faults import FaultPoints
+from service.runtime.invoker import Invoker
 from service.runtime.records import ParsedCommand
 from service.runtime.txn_stream import CommitFailedError
 from service.runtime.work import CommandWork, InputRecord, Origin, Outcome
 from service.sessions.delivery import Delivery
 from service.sessions.store import SessionStore, StoredSession
-from service.settings import TopicSettings
+from service.settings import FaultSettings, TopicSettings
+from tests.support.agents import CycleModel
 from tests.support.session_records import restored, writer_for
 
 TOPICS = TopicSettings()
+
+Step = Callable[[CommandWork, ParsedCommand], bool]
 
 
 def _work(command_id: str = "c", offset: int = 3) -> CommandWork:
@@ -29,24 +39,62 @@ def _work(command_id: str = "c", offset: int = 3) -> CommandWork:
 
 
 class _Guarded:
-    def __init__(self, state: SessionState | None = None, delivery: Delivery | None = None) -> None:
+    """A command path whose cancel-coverage step is ``step`` (a failure there is no engine's)."""
+
+    def __init__(
+        self,
+        state: SessionState | None = None,
+        delivery: Delivery | None = None,
+        *,
+        fail_command: str | None = None,
+    ) -> None:
         self.store = SessionStore()
         if state is not None:
             self.store.put("s", StoredSession(state, 4, delivery or Delivery()))
         self.outcomes: list[Outcome] = []
-        self.guard = PoisonGuard(
-            writer=writer_for(self.store), submit=self.outcomes.append, topics=TOPICS
+        writer = writer_for(self.store)
+        answers = Answers(writer=writer, submit=self.outcomes.append, topics=TOPICS)
+        self.desk = CancelDesk(writer=writer, submit=self.outcomes.append, topics=TOPICS)
+
+        async def durable() -> None:
+            return None
+
+        self.path = CommandPath(
+            store=self.store,
+            cancels=self.desk,
+            invoker=Invoker(
+                writer=writer,
+                submit=self.outcomes.append,
+                durable=durable,
+                stopping=lambda: False,
+                topics=TOPICS,
+                answers=answers,
+                state_max_bytes=1 << 20,
+            ),
+            answers=answers,
+            submit=self.outcomes.append,
+            agents={"a": AgentDefinition(name="a", model=CycleModel(0))},
+            topics=TOPICS,
+            faults=FaultPoints(FaultSettings(fail_command=fail_command)),
         )
+
+    def failing(self, step: Step) -> CommandPath:
+        self.desk.covered = step
+        return self.path
+
+
+def _broken(exc: Exception) -> Step:
+    def step(work: CommandWork, command: ParsedCommand) -> bool:
+        raise exc
+
+    return step
 
 
 async def test_an_unexpected_failure_is_answered_internal_with_its_offset_and_state() -> None:
     marker = Inflight("c", "after_model", 0)
     t = _Guarded(SessionState(session_id="s", agent="a", inflight=marker))
 
-    async def broken(work: CommandWork) -> None:
-        raise KeyError("surprise")
-
-    await t.guard.wrap(broken)(_work())
+    await t.failing(_broken(KeyError("surprise"))).handle(_work())
     [outcome] = t.outcomes
     assert outcome.finished == [Origin(TOPICS.commands, 0, 3)] and outcome.results == 1
     [record] = outcome.records
@@ -64,42 +112,38 @@ async def test_an_unexpected_failure_is_answered_internal_with_its_offset_and_st
 async def test_a_failure_after_the_answer_adds_nothing() -> None:
     t = _Guarded(SessionState(session_id="s", agent="a"))
 
-    async def answers_then_fails(work: CommandWork) -> None:
+    def answers_then_fails(work: CommandWork, command: ParsedCommand) -> bool:
         stored = t.store.get("s")
         assert stored is not None
         t.store.put("s", replace(stored, delivery=stored.delivery.applying("c")))
         t.outcomes.append(Outcome(finished=[work.record.origin], results=1))
         raise RuntimeError("late")
 
-    await t.guard.wrap(answers_then_fails)(_work())
+    await t.failing(answers_then_fails).handle(_work())
     assert len(t.outcomes) == 1
 
 
 async def test_a_failing_redelivery_of_an_answered_command_only_finishes_its_offset() -> None:
-    t = _Guarded(SessionState(session_id="s", agent="a"), Delivery(applied=("c",)))
+    t = _Guarded(
+        SessionState(session_id="s", agent="a"), Delivery(applied=("c",)), fail_command="c"
+    )
 
-    async def broken(work: CommandWork) -> None:
-        raise RuntimeError("again")
-
-    await t.guard.wrap(broken)(_work())
+    await t.path.handle(_work())
     assert t.outcomes == [Outcome(finished=[Origin(TOPICS.commands, 0, 3)])]
 
 
 async def test_a_commit_failure_is_not_the_records() -> None:
     t = _Guarded()
 
-    async def commit_failed(work: CommandWork) -> None:
-        raise CommitFailedError("unknown outcome")
-
     with pytest.raises(CommitFailedError):
-        await t.guard.wrap(commit_failed)(_work())
+        await t.failing(_broken(CommitFailedError("unknown outcome"))).handle(_work())
     assert t.outcomes == []
 
 
 def test_a_record_failing_before_its_session_queue_is_dead_lettered() -> None:
     t = _Guarded()
     record = InputRecord(Origin(TOPICS.control, 1, 7), b"k", b"raw", [("h", b"v")], 10)
-    t.guard.record_failed(record, ValueError("bad routing"))
+    t.path.record_failed(record, ValueError("bad routing"))
     [outcome] = t.outcomes
     assert outcome.finished == [record.origin] and outcome.replay_unsafe
     [dead] = outcome.records
@@ -124,12 +168,9 @@ def _result_traceparent(outcome: Outcome) -> list[str]:
 
 
 async def test_a_failure_before_the_command_span_opened_still_answers_in_its_trace() -> None:
-    t = _Guarded(SessionState(session_id="s", agent="a"))
+    t = _Guarded(SessionState(session_id="s", agent="a"), fail_command="c")
 
-    async def broken(work: CommandWork) -> None:
-        raise KeyError("surprise")
-
-    await t.guard.wrap(broken)(_traced_work([("traceparent", PARENT.encode())]))
+    await t.path.handle(_traced_work([("traceparent", PARENT.encode())]))
     [traceparent] = _result_traceparent(t.outcomes[0])
     version, trace_id, span_id, flags = traceparent.split("-")
     assert (version, trace_id, flags) == ("00", "4bf92f3577b34da6a3ce929d0e0e4736", "01")
@@ -140,22 +181,19 @@ async def test_a_failure_inside_the_command_span_answers_with_that_span() -> Non
     t = _Guarded(SessionState(session_id="s", agent="a"))
     own = [("traceparent", b"00-11111111111111111111111111111111-2222222222222222-01")]
 
-    async def broken_after_span(work: CommandWork) -> None:
+    def broken_after_span(work: CommandWork, command: ParsedCommand) -> bool:
         work.trace = own
         raise KeyError("surprise")
 
-    await t.guard.wrap(broken_after_span)(_traced_work([("traceparent", PARENT.encode())]))
+    await t.failing(broken_after_span).handle(_traced_work([("traceparent", PARENT.encode())]))
     [record] = t.outcomes[0].records
     assert record.headers == own
 
 
 async def test_a_failing_command_without_trace_context_starts_a_trace_of_its_own() -> None:
-    t = _Guarded(SessionState(session_id="s", agent="a"))
+    t = _Guarded(SessionState(session_id="s", agent="a"), fail_command="c")
 
-    async def broken(work: CommandWork) -> None:
-        raise KeyError("surprise")
-
-    await t.guard.wrap(broken)(_traced_work([]))
+    await t.path.handle(_traced_work([]))
     [traceparent] = _result_traceparent(t.outcomes[0])
     version, trace_id, _span_id, _flags = traceparent.split("-")
     assert version == "00" and trace_id != "4bf92f3577b34da6a3ce929d0e0e4736"

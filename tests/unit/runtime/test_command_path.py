@@ -1,0 +1,267 @@
+"""The command path without a broker: its steps in order, and which answer wins.
+
+The engine is a fake that records what reaches it; the cancel desk, the answers and the session
+store are the real ones (none of them touches Kafka).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from service.agent.definition import AgentDefinition
+from service.agent.errors import InterruptPendingError
+from service.agent.state import Inflight, SessionState
+from service.observability.metrics import Metrics
+from service.runtime.answers import FALLBACK_RESULT_MAX_BYTES, Answers
+from service.runtime.cancels import CancelDesk
+from service.runtime.command_path import CommandPath
+from service.runtime.invoker import AbandonedError
+from service.runtime.records import ParsedCommand, parse_command
+from service.runtime.work import CommandWork, InputRecord, Origin, Outcome
+from service.sessions.delivery import Delivery
+from service.sessions.store import SessionStore, StoredSession
+from service.sessions.writer import StateTooLargeError
+from service.settings import TopicSettings
+from service.wire.commands import CancelCommand
+from service.wire.errors import WireError
+from tests.support.agents import CycleModel
+from tests.support.session_records import restored, writer_for
+
+TOPICS = TopicSettings()
+
+
+class FakeEngine:
+    """Stands in for the invoker: records every command that reaches it, then fails with
+    ``fails`` if given (else it answers nothing, as a run its test does not look at)."""
+
+    def __init__(self, fails: BaseException | None = None) -> None:
+        self.fails = fails
+        self.ran: list[str] = []
+
+    async def run(
+        self, work: CommandWork, command: ParsedCommand, agent: Any, stored: StoredSession
+    ) -> None:
+        self.ran.append(command.command_id)
+        if self.fails is not None:
+            raise self.fails
+
+
+class Harness:
+    def __init__(self, engine: FakeEngine | None = None, store: SessionStore | None = None) -> None:
+        self.store = store if store is not None else SessionStore()
+        self.outcomes: list[Outcome] = []
+        self.metrics = Metrics()
+        self.engine = engine if engine is not None else FakeEngine()
+        writer = writer_for(self.store)
+        self.desk = CancelDesk(
+            writer=writer, submit=self.outcomes.append, topics=TOPICS, metrics=self.metrics
+        )
+        self.answers = Answers(
+            writer=writer, submit=self.outcomes.append, topics=TOPICS, metrics=self.metrics
+        )
+        self.path = CommandPath(
+            store=self.store,
+            cancels=self.desk,
+            invoker=self.engine,
+            answers=self.answers,
+            submit=self.outcomes.append,
+            agents={"a": AgentDefinition(name="a", model=CycleModel(1))},
+            topics=TOPICS,
+            metrics=self.metrics,
+        )
+
+    def results(self) -> list[dict[str, Any]]:
+        return [
+            orjson.loads(record.value)
+            for outcome in self.outcomes
+            for record in outcome.records
+            if record.topic == TOPICS.results and record.value is not None
+        ]
+
+    def counted(self, command_type: str, outcome: str) -> float:
+        value = self.metrics.registry.get_sample_value(
+            "cairn_commands_total", {"type": command_type, "outcome": outcome}
+        )
+        return value or 0.0
+
+
+def _record(topic: str, offset: int, ts: int, value: bytes = b"{}") -> InputRecord:
+    return InputRecord(Origin(topic, 0, offset), b"s", value, [], ts)
+
+
+def _command(command_id: str, offset: int, ts: int = 100, agent: str = "a") -> CommandWork:
+    parsed = ParsedCommand(
+        type="invoke", command_id=command_id, session_id="s", agent=agent, input="hi"
+    )
+    return CommandWork(_record(TOPICS.commands, offset, ts), "s", parsed)
+
+
+def _refused(command_id: str, offset: int, ts: int = 100) -> CommandWork:
+    """A command the wire refused that still named its session and id."""
+    error = WireError("prompt: required", session_id="s", command_id=command_id)
+    return CommandWork(_record(TOPICS.commands, offset, ts), "s", None, error)
+
+
+def _applied(*command_ids: str) -> SessionStore:
+    store = SessionStore()
+    state = SessionState(session_id="s", agent="a")
+    store.put("s", StoredSession(state, 2, Delivery(applied=command_ids)))
+    return store
+
+
+async def test_a_command_a_cancel_covers_never_reaches_the_engine() -> None:
+    t = Harness()
+    t.desk.read(_record(TOPICS.control, 0, 100), CancelCommand(command_id="x", session_id="s"))
+    await t.path.handle(_command("early", 1, ts=90))
+    await t.path.handle(_command("later", 2, ts=110))
+    assert t.engine.ran == ["later"]
+    [answer] = t.results()
+    assert (answer["command_id"], answer["stop_reason"]) == ("early", "cancelled")
+
+
+async def test_an_applied_command_is_skipped_before_a_cancel_or_the_engine_sees_it() -> None:
+    t = Harness(store=_applied("c"))
+    # Covered by a cancel too: being answered before wins, so it is not answered again.
+    t.desk.read(_record(TOPICS.control, 0, 200), CancelCommand(command_id="x", session_id="s"))
+    await t.path.handle(_command("c", 5, ts=100))
+    assert t.engine.ran == []
+    assert t.outcomes == [Outcome(finished=[Origin(TOPICS.commands, 0, 5)])]
+    assert t.counted("invoke", "duplicate") == 1
+
+
+async def test_an_engine_failure_is_answered_once_with_internal() -> None:
+    t = Harness(FakeEngine(fails=RuntimeError("boom")))
+    await t.path.handle(_command("c", 3))
+    assert t.engine.ran == ["c"]
+    [outcome] = t.outcomes
+    assert outcome.finished == [Origin(TOPICS.commands, 0, 3)] and outcome.results == 1
+    [answer] = t.results()
+    assert answer["error"] == {"code": "internal", "message": "RuntimeError: boom"}
+    stored = restored([outcome]).get("s")
+    assert stored is not None and stored.delivery.answered("c")
+    assert t.counted("invoke", "error") == 1
+    # Read again after a crash: recognised, never run or answered a second time.
+    await t.path.handle(_command("c", 3))
+    assert t.engine.ran == ["c"] and len(t.results()) == 1
+
+
+async def test_a_failure_outside_the_engine_is_answered_once_with_internal() -> None:
+    t = Harness()
+
+    def broken(work: CommandWork, command: ParsedCommand) -> bool:
+        raise KeyError("surprise")
+
+    t.desk.covered = broken
+    await t.path.handle(_command("c", 3))
+    assert t.engine.ran == []
+    [answer] = t.results()
+    assert answer["error"]["code"] == "internal"
+    assert answer["error"]["message"].startswith("unexpected failure: KeyError")
+    assert t.counted("invoke", "error") == 1
+
+
+async def test_a_decode_error_is_answered_with_its_code_even_when_a_cancel_covers_it() -> None:
+    t = Harness()
+    t.desk.read(_record(TOPICS.control, 0, 200), CancelCommand(command_id="x", session_id="s"))
+    await t.path.handle(_refused("bad", 1, ts=100))
+    assert t.engine.ran == []
+    [answer] = t.results()
+    assert answer["command_id"] == "bad" and answer["stop_reason"] == "error"
+    assert answer["error"] == {"code": "invalid_command", "message": "prompt: required"}
+    # The refusal is remembered: published again, it is not answered again.
+    await t.path.handle(_refused("bad", 2, ts=300))
+    assert len(t.results()) == 1
+    assert t.outcomes[-1] == Outcome(finished=[Origin(TOPICS.commands, 0, 2)])
+
+
+@pytest.mark.parametrize(
+    ("topic", "counted_as"), [(TOPICS.commands, "other"), (TOPICS.control, "cancel")]
+)
+def test_a_decode_error_naming_no_session_is_dead_lettered_as_it_is_read(
+    topic: str, counted_as: str
+) -> None:
+    t = Harness()
+    record = _record(topic, 4, 100, b"not json")
+    assert t.path.undecodable(record, WireError("not a JSON object")) is None
+    [outcome] = t.outcomes
+    assert outcome.finished == [record.origin] and outcome.replay_unsafe
+    [dead] = outcome.records
+    assert dead.topic == TOPICS.dlq and dead.value == b"not json"
+    assert t.counted(counted_as, "dlq") == 1
+    assert t.metrics.registry.get_sample_value(
+        "cairn_dlq_records_total", {"reason": "invalid_command"}
+    )
+
+
+def test_a_decode_error_naming_its_session_and_id_waits_for_its_session_queue() -> None:
+    t = Harness()
+    error = WireError("prompt: required", session_id="s", command_id="c")
+    work = t.path.undecodable(_record(TOPICS.commands, 4, 100), error)
+    assert work is not None and work.session_id == "s" and work.error is error
+    assert t.outcomes == []
+
+
+def test_a_record_over_the_limit_is_dead_lettered_unread() -> None:
+    t = Harness()
+    body = {"type": "invoke", "command_id": "c", "session_id": "s", "agent": "a", "prompt": "x"}
+    record = _record(TOPICS.commands, 6, 100, orjson.dumps(body) + b" " * 100)
+    with pytest.raises(WireError) as refused:
+        parse_command(record, max_bytes=64)
+    assert t.path.undecodable(record, refused.value) is None
+    [outcome] = t.outcomes
+    assert [r.topic for r in outcome.records] == [TOPICS.dlq] and outcome.results == 0
+
+
+async def test_an_agent_not_hosted_is_refused_before_the_engine() -> None:
+    t = Harness()
+    await t.path.handle(_command("c", 1, agent="elsewhere"))
+    assert t.engine.ran == []
+    [answer] = t.results()
+    assert answer["error"]["code"] == "unknown_agent"
+
+
+@pytest.mark.parametrize(
+    ("failure", "code"),
+    [
+        (InterruptPendingError("an interrupt is pending"), "interrupt_pending"),
+        (StateTooLargeError(2_000_000, 1_000_000), "limit_exceeded"),
+    ],
+)
+async def test_the_engine_refusing_or_outgrowing_the_limit_answers_with_its_code(
+    failure: Exception, code: str
+) -> None:
+    t = Harness(FakeEngine(fails=failure))
+    await t.path.handle(_command("c", 1))
+    [answer] = t.results()
+    assert answer["error"]["code"] == code
+    assert t.counted("invoke", "error") == 1
+
+
+async def test_a_command_left_at_its_boundary_by_a_stopping_owner_is_not_answered() -> None:
+    t = Harness(FakeEngine(fails=AbandonedError()))
+    await t.path.handle(_command("c", 1))
+    assert t.outcomes == []
+    assert t.counted("invoke", "abandoned") == 1
+
+
+def test_an_output_the_broker_refused_is_replaced_by_a_dead_letter_and_an_error() -> None:
+    t = Harness()
+    inflight = Inflight("c", "after_model", 0)
+    before = StoredSession(SessionState(session_id="s", agent="a", inflight=inflight), 3)
+    work = _command("c", 8)
+    assert isinstance(work.command, ParsedCommand)
+    work.command.metadata = {"echo": "x" * (2 * FALLBACK_RESULT_MAX_BYTES)}
+    t.store.put("s", StoredSession(SessionState(session_id="s", agent="a"), 9))
+    replacement = t.answers.instead_of_refused(work, before)(RuntimeError("too large"))
+    dead, result = replacement.records
+    assert dead.topic == TOPICS.dlq and result.topic == TOPICS.results
+    assert result.value is not None and len(result.value) <= FALLBACK_RESULT_MAX_BYTES
+    assert orjson.loads(result.value)["error"]["code"] == "internal"
+    assert replacement.finished == [work.record.origin] and replacement.state is not None
+    assert replacement.state.event_seq == 3
+    stored = t.store.get("s")
+    assert stored is not None and stored.state.inflight is None
+    assert stored.delivery.answered("c")
