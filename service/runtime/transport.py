@@ -9,9 +9,12 @@ transaction failing exactly its shares) are tested on an in-memory implementatio
 :class:`KafkaTransport` in production.
 
 Written against aiokafka 0.14.0: its producer sends TxnOffsetCommit version 0 only, which
-carries no membership, so :meth:`KafkaTxnProducer.commit_offsets` lets aiokafka add the group
-to the transaction (AddOffsetsToTxn and its own version 0 commit) and then commits the same
-offsets again with version 3 (``txn_offset_commit.py``), which the group coordinator checks.
+carries no membership. :meth:`KafkaTxnProducer.commit_offsets` therefore adds the group to the
+transaction itself (AddOffsetsToTxn, sent while aiokafka adds the partitions and produces), tells
+aiokafka's transaction manager that the group is added (so it neither sends its own offset
+commit nor takes the transaction for empty), and commits the offsets with version 3
+(``txn_offset_commit.py``), which the group coordinator checks. Coordinators are looked up once
+and again only when one answers that it is not (aiokafka's lookup asks the broker every time).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import ProducerFenced
 from aiokafka.partitioner import DefaultPartitioner
+from aiokafka.protocol.transaction import AddOffsetsToTxnRequest
 from aiokafka.structs import OffsetAndMetadata
 
 from service.runtime.clients import connection_options, transactional_producer
@@ -35,13 +39,17 @@ from service.settings import KafkaSettings
 
 GROUP_COORDINATOR = 0
 """aiokafka's coordinator type for a consumer group."""
+TXN_COORDINATOR = 1
 
 FENCED_BY_GROUP = {22: "ILLEGAL_GENERATION", 25: "UNKNOWN_MEMBER_ID", 82: "FENCED_INSTANCE_ID"}
 REBALANCE_IN_PROGRESS = 27
 INVALID_PRODUCER_EPOCH = 47
 RETRIABLE = frozenset({7, 14, 15, 16})
 """REQUEST_TIMED_OUT, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR."""
-_RETRY_S = 0.02
+MOVED = frozenset({15, 16})
+"""The coordinator is elsewhere now: look it up again."""
+CONCURRENT_TRANSACTIONS = 51
+_RETRY_S = 0.005
 _CLOSE_S = 2.0
 
 Delivery = tuple["asyncio.Future[int]", int]
@@ -124,6 +132,7 @@ class KafkaTxnProducer:
         )
         self._partitioner = DefaultPartitioner()
         self._partitions: dict[str, list[int]] = {}
+        self._coordinators: dict[tuple[int, str], int] = {}
 
     async def start(self) -> None:
         await self._producer.start()
@@ -183,12 +192,10 @@ class KafkaTxnProducer:
         membership: Membership,
         offsets: Mapping[TopicPartition, OffsetAndMetadata],
     ) -> None:
-        producer = self._producer
-        await producer.send_offsets_to_transaction(dict(offsets), group_id)
-        client = producer.client
-        manager = producer._txn_manager
+        manager = self._producer._txn_manager
+        await self._add_offsets(group_id, manager.producer_id, manager.producer_epoch)
+        manager.consumer_group_added(group_id)
         while True:
-            node = await client.coordinator_lookup(GROUP_COORDINATOR, group_id)
             request = GroupTxnOffsetCommit(
                 transactional_id=self.transactional_id,
                 group_id=group_id,
@@ -197,11 +204,40 @@ class KafkaTxnProducer:
                 membership=membership,
                 offsets=offsets,
             )
-            errors = set(partition_errors(await client.send(node, request)).values()) - {0}
+            response = await self._send(GROUP_COORDINATOR, group_id, request)
+            errors = set(partition_errors(response).values()) - {0}
             if not errors:
                 return
+            if errors & MOVED:
+                self._coordinators.pop((GROUP_COORDINATOR, group_id), None)
             raise_for_offsets(errors, membership)
             await asyncio.sleep(_RETRY_S)
+
+    async def _add_offsets(self, group_id: str, producer_id: int, epoch: int) -> None:
+        """AddOffsetsToTxn: the transaction will write its markers to the group's offsets."""
+        request = AddOffsetsToTxnRequest(self.transactional_id, producer_id, epoch, group_id)
+        while True:
+            error = (await self._send(TXN_COORDINATOR, self.transactional_id, request)).error_code
+            if error == 0:
+                return
+            if error in MOVED:
+                self._coordinators.pop((TXN_COORDINATOR, self.transactional_id), None)
+            elif error == INVALID_PRODUCER_EPOCH:
+                raise ProducerFenced()
+            elif error not in RETRIABLE and error != CONCURRENT_TRANSACTIONS:
+                raise CommitFailedError(f"adding the offsets to the transaction failed: {error}")
+            await asyncio.sleep(_RETRY_S)
+
+    async def _send(self, kind: int, key: str, request: Any) -> Any:
+        client = self._producer.client
+        node = self._coordinators.get((kind, key))
+        if node is None:
+            node = self._coordinators[(kind, key)] = await client.coordinator_lookup(kind, key)
+        try:
+            return await client.send(node, request)
+        except Exception:
+            self._coordinators.pop((kind, key), None)
+            raise
 
     async def commit(self) -> None:
         await self._producer.commit_transaction()
