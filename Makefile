@@ -30,6 +30,7 @@ help:
 	@echo "make bench         runtime: steps/s, e2e latency, takeover (RUNTIME_BENCH_ARGS=...)"
 	@echo "make bench-txn     what one partition commit costs: CPU and round trips (TXN_BENCH_ARGS=...)"
 	@echo "make bench-state   session state: bytes/CPU per step, restore MB/s, RSS (STATE_BENCH_ARGS=...)"
+	@echo "make bench-compare Cairn vs LangGraph+SQLite vs LangGraph+Postgres (COMPARE_BENCH_ARGS=...)"
 	@echo "make clean         remove caches;  make distclean: also $(VENV), jars and .kafka/"
 
 # ---- setup ------------------------------------------------------------------------------------
@@ -135,6 +136,15 @@ STATE_BENCH_ARGS ?=
 .PHONY: bench-state
 bench-state: $(INSTALLED)
 	$(BIN)/python -m bench.state_bench $(STATE_BENCH_ARGS)
+
+# Cairn (as make bench) against LangGraph with its SQLite and its Postgres checkpointer on the
+# same turns: steps/s at saturation, latency per step at half load, CPU per step by process.
+# LangGraph runs from its own scratch venv (.cache/bench-langgraph-venv, created on first use);
+# PostgreSQL from Debian's binaries (apt-get install postgresql), started for the run.
+COMPARE_BENCH_ARGS ?=
+.PHONY: bench-compare
+bench-compare: $(INSTALLED)
+	$(BIN)/python -m bench.compare_bench $(COMPARE_BENCH_ARGS)
 
 # ---- housekeeping -----------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ import importlib
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
 import sys
@@ -87,6 +88,7 @@ def broker(properties: dict[str, str]) -> Iterator[tuple[str, int | None]]:
         yield config.bootstrap, started.pid
     finally:
         local.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @dataclass
@@ -443,6 +445,9 @@ async def bench(
             **usage,
             "commit": commit_stats(first.text()),
         }
+        report["turns_per_session"] = round(
+            statistics.fmean(session.turn for session in driver.sessions.values()), 1
+        )
 
         if args.skip_takeover:
             return report
@@ -529,7 +534,8 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
+def arguments() -> argparse.ArgumentParser:
+    """The benchmark's options; other benchmarks parse their own argv with it to run ``bench``."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sessions", type=int, default=600)
     parser.add_argument("--partitions", type=int, default=6)
@@ -566,7 +572,11 @@ def main() -> int:
         help="extra property of the broker started for the run",
     )
     parser.add_argument("--out", default=str(REPO / "bench-results" / "runtime.json"))
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> int:
+    args = arguments().parse_args()
     properties = dict(item.split("=", 1) for item in args.broker_property)
     with broker(properties) as (bootstrap, broker_pid):
         pid = broker_pid or args.broker_pid
