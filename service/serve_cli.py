@@ -10,6 +10,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from service.early_stop import exit_on_early_stop
 from service.settings import Settings
 
 if TYPE_CHECKING:
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
 
 
 def _serve(_: argparse.Namespace) -> int:
+    exit_on_early_stop()
     from service.agent_config import AgentConfigError
     from service.app import run_service
     from service.runtime.topics import TopicLayoutError

@@ -28,6 +28,9 @@ from service.settings import KafkaSettings
 logger = logging.getLogger(__name__)
 
 
+_FETCH_WAIT_MS = 10
+
+
 class SessionsReader:
     """The instance's reader of the sessions topic; :meth:`close` it when the runtime stops."""
 
@@ -55,7 +58,14 @@ class SessionsReader:
                 raise
 
     def _committed_reader(self) -> AIOKafkaConsumer:
-        return reader(self._kafka, max_partition_fetch_bytes=8 * 1024 * 1024)
+        # A restore reads up to an end it knows: a long-polling fetch only delays it. With the
+        # default 500 ms, each restore after the first waited for the fetch the reader still had
+        # out for the previous partition (measured: 0.5 s per empty partition at a takeover).
+        return reader(
+            self._kafka,
+            max_partition_fetch_bytes=8 * 1024 * 1024,
+            fetch_max_wait_ms=_FETCH_WAIT_MS,
+        )
 
     async def stable_and_end(
         self, partitions: list[TopicPartition]

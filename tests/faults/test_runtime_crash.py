@@ -159,6 +159,9 @@ async def test_kill_between_producing_and_committing_loses_and_doubles_nothing(
                 assert reread, "no answered command is left for the fresh instance to re-read"
             fresh = cluster.start("fresh", CAIRN_RUNTIME__OFFSETS_EVERY_MS=offsets_every_ms)
             procs.append(fresh)
+            # Serving, so it has read again what the victim answered past the committed offsets
+            # (all of it may be answered already when transactions carry many steps each).
+            await fresh.wait_ready()
             await client.wait_results(len(commands), timeout=60, alive=fresh)
             assert await fresh.terminate() == 0
             await client.caught_up()
