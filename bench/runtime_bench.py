@@ -323,6 +323,7 @@ async def bench(
         "commit_interval_ms": args.commit_interval_ms,
         "offsets_every_ms": args.offsets_every_ms,
         "fetch_max_records": args.fetch_max_records,
+        "transaction_streams": args.transaction_streams,
     }
     for name, value in tuned.items():
         if value is None:
@@ -562,6 +563,7 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--max-in-flight", type=int, default=1000)
     parser.add_argument("--commit-interval-ms", type=int, default=None)
     parser.add_argument("--offsets-every-ms", type=int, default=None)
+    parser.add_argument("--transaction-streams", choices=("partition", "instance"), default=None)
     parser.add_argument("--fetch-max-records", type=int, default=None)
     parser.add_argument("--broker-pid", type=int, default=None, help="for CPU accounting")
     parser.add_argument(

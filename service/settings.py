@@ -81,12 +81,18 @@ class RuntimeSettings(BaseModel):
     transactions. At 0 a commit
     starts as soon as the previous one ended: work finished meanwhile forms the next batch, so
     batches grow with load and an idle partition commits at once."""
-    offsets_every_ms: int = Field(default=0, ge=0)
-    """Every transaction carries the input offsets of the partitions it writes for (they are what
-    fences a zombie's transaction); they move at most this often (0: every transaction).
-    Commands re-read after a crash are recognised by the applied command ids in their session
-    state, so lagging offsets cost only replays; records no state records (dead letters, answers
-    to session-less commands, control) always move them at once."""
+    transaction_streams: Literal["partition", "instance"] = "partition"
+    """``partition``: one transactional producer per owned partition (``<group_id>-<p>``), whose
+    start fences the partition's previous owner. ``instance``: one producer for all of an
+    instance's partitions, its transactions fenced by the group generation (KIP-447); fewer,
+    larger transactions, but one at a time (see docs/runtime.md, "One stream per instance")."""
+    offsets_every_ms: int = Field(default=1_000, ge=0)
+    """Input offsets move in a transaction at most this often (0: every transaction). Commands
+    re-read after a crash are recognised by the applied command ids in their session state, so
+    lagging offsets cost only replays; records no state records (dead letters, answers to
+    session-less commands, control) always move them at once. With one stream per instance
+    every transaction carries the offsets (they are what fences a zombie's transaction), moved
+    or not."""
     transaction_timeout_ms: int = Field(default=30_000, gt=0)
     """Broker-side bound of one transaction; a stuck zombie's transaction aborts after it."""
     commit_timeout_s: float = Field(default=15.0, gt=0)

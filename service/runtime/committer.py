@@ -1,11 +1,11 @@
-"""The committer of one partition: batches its finished work into its share of the instance's
-next transaction.
+"""The committer of one partition: batches its finished work into its share of the next
+transaction of its stream (the instance's, or the partition's own).
 
 Guarantee: an outcome's records, its session state and the input offsets it finishes become
 visible together or not at all; transactions never span a model or tool call (they hold only
-work already done), one partition has at most one share in flight at any moment, every share
-carries the partition's input offsets (what fences a zombie's transaction), and a final flush
-moves the input offsets to where the partition's work ends.
+work already done), one partition has at most one share in flight at any moment, every share of
+a stream shared by the instance carries the partition's input offsets (what fences a zombie's
+transaction), and a final flush moves the input offsets to where the partition's work ends.
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ class Committer:
         self._sessions_topic = sessions_topic
         self._partition = partition
         self._trackers = trackers
-        self._fence = self._positions()
+        self._always_offsets = stream.shared
+        self._fence = self._positions() if self._always_offsets else {}
         """The input offsets as last committed: what a share carries when they must not move."""
         self._interval_s = interval_s
         self._offsets_every_s = offsets_every_s
@@ -83,7 +84,7 @@ class Committer:
         """The partition's first commit, before any work: its input offsets as they are, under
         this instance's producer and group generation, with ``records`` (what must be visible
         before anything else)."""
-        await self._stream.transact(self._partition, records, self._fence, claim=True)
+        await self._stream.transact(self._partition, records, self._positions(), claim=True)
         self.transactions += 1
 
     def submit(self, outcome: Outcome) -> None:
@@ -152,20 +153,27 @@ class Committer:
             or any(outcome.replay_unsafe for outcome in batch)
             or started - self._offsets_committed_at >= self._offsets_every_s
         ):
-            for tracker in self._trackers.values():
-                tracker.take_commit()
+            moved = {
+                TopicPartition(topic, self._partition): OffsetAndMetadata(position, "")
+                for topic, tracker in self._trackers.items()
+                if (position := tracker.take_commit()) is not None
+            }
             self._offsets_committed_at = started
-        offsets = self._positions()
+        else:
+            moved = {}
+        offsets = self._positions() if self._always_offsets else moved
         self._offsets_lagging = any(
             tracker.position != tracker.committed for tracker in self._trackers.values()
         )
-        try:
-            position = await self._transact(records, offsets)
-        except UNWRITABLE_ERRORS as exc:
-            await self._isolate(batch, offsets, exc)
-        else:
-            self._made_durable(batch, states, position)
-        self._fence = offsets
+        if records or offsets:
+            try:
+                position = await self._transact(records, offsets)
+            except UNWRITABLE_ERRORS as exc:
+                await self._isolate(batch, offsets, exc)
+            else:
+                self._made_durable(batch, states, position)
+        if self._always_offsets:
+            self._fence = offsets
         self._offsets_served = asked
         elapsed = time.monotonic() - started
         if self._on_finished is not None:
@@ -228,7 +236,8 @@ class Committer:
                 )
             if not await self._commit_alone(outcome) and state is not None:
                 refused.add(state.session_id)
-        await self._transact([], offsets)
+        if offsets:
+            await self._transact([], offsets)
         if self._store_stale:
             # The store holds a session state the changelog does not: start again from it.
             raise CommitFailedError(

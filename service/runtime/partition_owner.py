@@ -36,6 +36,7 @@ from service.runtime.records import event_record, parse_command
 from service.runtime.restore import SessionsReader
 from service.runtime.session_queue import SessionQueues
 from service.runtime.standby import Standby
+from service.runtime.streams import Streams
 from service.runtime.transactions import (
     SETTLE_S,
     WATCH_S,
@@ -85,8 +86,8 @@ class OwnerContext:
     settings: Settings
     agents: Mapping[str, AgentDefinition]
     consumer: AIOKafkaConsumer
-    stream: TransactionStream
-    """The instance's one transactional producer, shared by its owners."""
+    streams: Streams
+    """Where each owner's transactions go (the instance's stream or one of its own)."""
     inflight: InFlight
     faults: FaultPoints
     on_restored: Callable[[int], None]
@@ -166,7 +167,8 @@ class PartitionOwner:
 
     async def run(self) -> OwnerExit:
         try:
-            await self._serve()
+            async with self._ctx.streams.open(self.partition) as stream:
+                await self._serve(stream)
         except* _StopRequestedError:
             self.exit = OwnerExit.STOPPED
         except* FENCING_ERRORS as group:
@@ -193,17 +195,16 @@ class PartitionOwner:
                 self._table.close()
         return self.exit or OwnerExit.STOPPED
 
-    async def _serve(self) -> None:
+    async def _serve(self, stream: TransactionStream) -> None:
         """Wait for stable input offsets (fencing a previous owner that holds them), repair what
         it left open, restore, claim the partition with a first commit, then run the partition's
         work until a stop request."""
         settings = self._ctx.settings
-        stream = self._ctx.stream
         inputs = [
             TopicPartition(topic, self.partition)
             for topic in (self._topics.commands, self._topics.control)
         ]
-        starts = await self._stable_starts(inputs)
+        starts = await self._stable_starts(stream, inputs)
         written = [
             TopicPartition(topic, self.partition)
             for topic in (self._topics.sessions, self._topics.results, self._topics.events)
@@ -315,7 +316,9 @@ class PartitionOwner:
             await self._drain()
             raise _StopRequestedError
 
-    async def _stable_starts(self, inputs: list[TopicPartition]) -> dict[TopicPartition, int]:
+    async def _stable_starts(
+        self, stream: TransactionStream, inputs: list[TopicPartition]
+    ) -> dict[TopicPartition, int]:
         """The committed input offsets once no transaction may still move them.
 
         Offsets stay unstable while the previous owner's transaction that commits them is open.
@@ -324,7 +327,6 @@ class PartitionOwner:
         offsets name (its InitProducerId aborts that transaction) saves waiting for the broker's
         transaction timeout. Beyond that timeout the owner fails and is re-created.
         """
-        stream = self._ctx.stream
         runtime = self._ctx.settings.runtime
         loop = asyncio.get_running_loop()
         started = loop.time()

@@ -36,6 +36,7 @@ from service.runtime.rebalance import RebalanceListener
 from service.runtime.restart_backoff import RestartBackoff
 from service.runtime.restore import SessionsReader
 from service.runtime.standby import Standby
+from service.runtime.streams import InstanceStream, PartitionStreams, Streams
 from service.runtime.topics import verify_topics
 from service.runtime.transport import KafkaTransport
 from service.runtime.txn_offset_commit import Membership
@@ -137,27 +138,40 @@ class Runtime:
             )
             standby.follow(range(partitions))
         self._standby = standby
-        stream = TransactionStream(
-            transport=KafkaTransport(
-                settings.kafka, transaction_timeout_ms=settings.runtime.transaction_timeout_ms
-            ),
-            transactional_id=transactional_id(settings),
-            group_id=group.group_id,
-            sessions_topic=settings.topics.sessions,
-            membership=lambda: membership_of(consumer, group.instance_id),
-            timeout_s=settings.runtime.commit_timeout_s,
-            faults=FaultPoints(settings.faults),
+        transport = KafkaTransport(
+            settings.kafka, transaction_timeout_ms=settings.runtime.transaction_timeout_ms
         )
+        faults = FaultPoints(settings.faults)
+
+        def make_stream(transactional_id: str, *, shared: bool) -> TransactionStream:
+            return TransactionStream(
+                transport=transport,
+                transactional_id=transactional_id,
+                group_id=group.group_id,
+                sessions_topic=settings.topics.sessions,
+                membership=lambda: membership_of(consumer, group.instance_id),
+                timeout_s=settings.runtime.commit_timeout_s,
+                faults=faults,
+                shared=shared,
+            )
+
+        shared: TransactionStream | None = None
+        streams: Streams
+        if settings.runtime.transaction_streams == "instance":
+            shared = make_stream(instance_transactional_id(settings), shared=True)
+            streams = InstanceStream(shared)
+        else:
+            streams = PartitionStreams(lambda p: make_stream(f"{group.group_id}-{p}", shared=False))
         self._ctx = OwnerContext(
             settings=settings,
-            stream=stream,
+            streams=streams,
             sessions=sessions,
             store_root=root / group.group_id,
             standby=standby,
             agents=self._agents,
             consumer=consumer,
             inflight=self.inflight,
-            faults=FaultPoints(settings.faults),
+            faults=faults,
             on_restored=self._restored,
             observer=self._observer,
             metrics=self._ops.metrics,
@@ -170,22 +184,26 @@ class Runtime:
             on_turn=self._ops.heartbeat.beat,
         )
         logger.info(
-            "group=<%s>, instance=<%s>, partitions=<%d>, transactional_id=<%s> | joining",
+            "group=<%s>, instance=<%s>, partitions=<%d>, transaction_streams=<%s>, "
+            "transactional_id=<%s> | joining",
             group.group_id,
             group.instance_id,
             partitions,
-            stream.transactional_id,
+            settings.runtime.transaction_streams,
+            shared.transactional_id if shared is not None else f"{group.group_id}-<partition>",
         )
         await consumer.start()
         try:
-            await stream.start()
+            await transport.offsets.start()
+            if shared is not None:
+                await shared.start()
             consumer.subscribe(
                 topics=[settings.topics.commands, settings.topics.control],
                 listener=RebalanceListener(on_revoked=self._revoke, on_assigned=self._assign),
             )
             async with asyncio.TaskGroup() as tasks:
                 self._tasks = tasks
-                committing = tasks.create_task(stream.run())
+                committing = tasks.create_task(shared.run()) if shared is not None else None
                 fetching = tasks.create_task(loop.run())
                 probe = tasks.create_task(self._lag.run())
                 following = tasks.create_task(standby.run()) if standby is not None else None
@@ -198,12 +216,15 @@ class Runtime:
                 await fetching
                 await self._stop_owners(set(self._owners))
                 probe.cancel()
-                committing.cancel()
+                if committing is not None:
+                    committing.cancel()
                 if following is not None:
                     following.cancel()
         finally:
             self._tasks = None
-            await stream.close()
+            if shared is not None:
+                await shared.close()
+            await transport.offsets.close()
             await sessions.close()
             await consumer.stop()
             if scratch is not None:
@@ -331,7 +352,7 @@ class Runtime:
             await asyncio.wait(pending)
 
 
-def transactional_id(settings: Settings) -> str:
+def instance_transactional_id(settings: Settings) -> str:
     """The instance's transactional id: stable across restarts of a static member (its new
     incarnation fences the old one at once), unique per process otherwise."""
     group = settings.group

@@ -87,8 +87,13 @@ class TransactionStream:
         membership: Callable[[], Membership | None],
         timeout_s: float,
         faults: FaultPoints,
+        shared: bool = True,
     ) -> None:
         self._transport = transport
+        self.shared = shared
+        """Shared by the partitions of an instance: every share must carry its input offsets (the
+        group generation they are committed under is what fences a zombie). A stream of one
+        partition is fenced by its transactional id instead, and a share may carry none."""
         self.transactional_id = transactional_id
         self._group_id = group_id
         self._sessions_topic = sessions_topic
@@ -103,16 +108,15 @@ class TransactionStream:
         """Transactions committed so far."""
 
     async def start(self) -> None:
-        """Initialise the producer (its InitProducerId aborts what an earlier incarnation of the
-        same transactional id left open) and the group offsets reader."""
-        await self._transport.offsets.start()
+        """Initialise the producer: its InitProducerId aborts what an earlier incarnation of the
+        same transactional id left open. (The transport's group offsets reader is started by
+        whoever made the transport.)"""
         self._producer = await self._new_producer()
 
     async def close(self) -> None:
         producer, self._producer = self._producer, None
         if producer is not None:
             await producer.close()
-        await self._transport.offsets.close()
         _fail(self._queue, CommitFailedError("the transaction stream stopped"))
         self._queue.clear()
 
@@ -128,7 +132,7 @@ class TransactionStream:
         the sessions offset after the state records written. Every share carries offsets: they
         are what the group coordinator fences a zombie's transaction by. A ``claim`` (a new
         owner's first commit) alone in its transaction passes no fault point."""
-        if not offsets:
+        if self.shared and not offsets:
             raise ValueError(f"partition {partition}: a share must carry its input offsets")
         share = Share(partition, records, offsets, claim)
         self._queue.append(share)
@@ -206,7 +210,9 @@ class TransactionStream:
         try:
             await producer.begin()
             states = await self._send(producer, batch, deliveries)
-            await producer.commit_offsets(self._group_id, self._current_membership(), offsets)
+            if offsets:
+                membership = self._current_membership()
+                await producer.commit_offsets(self._group_id, membership, offsets)
             if deliveries:
                 await asyncio.gather(*deliveries)
             positions: dict[int, int] = {}

@@ -53,14 +53,13 @@ class Setup:
     sessions: str
     group: str
     member: AIOKafkaConsumer
+    transport: KafkaTransport
 
     def stream(
         self, transactional_id: str, membership: Callable[[], Membership | None] | None = None
     ) -> TransactionStream:
         return TransactionStream(
-            transport=KafkaTransport(
-                KafkaSettings(bootstrap_servers=self.bootstrap), transaction_timeout_ms=60_000
-            ),
+            transport=self.transport,
             transactional_id=transactional_id,
             group_id=self.group,
             sessions_topic=self.sessions,
@@ -112,11 +111,16 @@ async def setup(
         isolation_level="read_committed",
     )
     await member.start()
+    transport = KafkaTransport(
+        KafkaSettings(bootstrap_servers=kafka_bootstrap), transaction_timeout_ms=60_000
+    )
+    await transport.offsets.start()
     try:
         await member.getmany(timeout_ms=5000)  # joined: a generation and a member id
         assert membership_of(member, None) is not None
-        yield Setup(kafka_bootstrap, commands, results, sessions, group, member)
+        yield Setup(kafka_bootstrap, commands, results, sessions, group, member, transport)
     finally:
+        await transport.offsets.close()
         await member.stop()
 
 
