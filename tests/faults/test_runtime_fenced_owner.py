@@ -10,21 +10,22 @@ import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 
 from tests.support.runtime_harness import Client, Cluster, invoke, services, unique
-from tests.support.txn_probe import offsets_writer
+from tests.support.txn_probe import offsets_writers
 
 pytestmark = [pytest.mark.kafka, pytest.mark.faults, pytest.mark.timeout(120)]
 
 
 async def fence_the_instance(cluster: Cluster) -> None:
-    """Initialise the instance's transactional id (the one its committed offsets name)
-    elsewhere: the broker fences its producer, and with it every partition it owns."""
-    commands = TopicPartition(cluster.topics.commands, 0)
-    producer = AIOKafkaProducer(
-        bootstrap_servers=cluster.bootstrap,
-        transactional_id=await offsets_writer(cluster.bootstrap, cluster.group, commands),
-    )
-    await producer.start()
-    await producer.stop()
+    """Initialise elsewhere every transactional id the committed offsets name (a producer per
+    partition, or the instance's one): the broker fences the owners' producers."""
+    commands = [TopicPartition(cluster.topics.commands, p) for p in range(cluster.partitions)]
+    writers = await offsets_writers(cluster.bootstrap, cluster.group, commands)
+    for transactional_id in sorted(set(writers.values())):
+        producer = AIOKafkaProducer(
+            bootstrap_servers=cluster.bootstrap, transactional_id=transactional_id
+        )
+        await producer.start()
+        await producer.stop()
 
 
 async def test_a_fenced_owner_still_assigned_is_re_created(cluster: Cluster) -> None:

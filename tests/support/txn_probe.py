@@ -122,16 +122,24 @@ async def fence(bootstrap: str, transactional_id: str) -> None:
     await producer.stop()
 
 
-async def offsets_writer(bootstrap: str, group: str, tp: TopicPartition) -> str:
-    """The transactional id the group's committed offset of ``tp`` names as its writer (the
-    metadata every transaction of the runtime commits its offsets with)."""
+async def offsets_writers(
+    bootstrap: str, group: str, partitions: list[TopicPartition]
+) -> dict[TopicPartition, str]:
+    """The transactional id the group's committed offset of each partition names as its writer
+    (the metadata every transaction of the runtime commits its offsets with)."""
     client = AIOKafkaClient(bootstrap_servers=bootstrap)
     await client.bootstrap()
     try:
         node = await client.coordinator_lookup(GROUP_COORDINATOR, group)
-        request = StableOffsetFetch(group, [tp], require_stable=False)
-        _, metadata, _ = fetched_all(await client.send(node, request))[tp]
+        request = StableOffsetFetch(group, partitions, require_stable=False)
+        found = fetched_all(await client.send(node, request))
     finally:
         await client.close()
-    assert metadata, f"{tp}: no offset committed by a transaction of the runtime"
-    return metadata
+    writers = {tp: metadata for tp, (_, metadata, _) in found.items()}
+    assert all(writers.values()), f"offsets no transaction of the runtime committed: {writers}"
+    return writers
+
+
+async def offsets_writer(bootstrap: str, group: str, tp: TopicPartition) -> str:
+    """The transactional id the group's committed offset of ``tp`` names as its writer."""
+    return (await offsets_writers(bootstrap, group, [tp]))[tp]
