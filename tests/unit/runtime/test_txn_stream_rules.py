@@ -34,6 +34,7 @@ def make_stream(
     membership: Callable[[], Membership | None] | None = None,
     timeout_s: float = 5.0,
     faults: FaultSettings | None = None,
+    shared: bool = True,
 ) -> TransactionStream:
     return TransactionStream(
         transport=kafka,
@@ -43,6 +44,7 @@ def make_stream(
         membership=membership or kafka.membership,
         timeout_s=timeout_s,
         faults=FaultPoints(faults or FaultSettings()),
+        shared=shared,
     )
 
 
@@ -406,3 +408,33 @@ async def test_a_share_of_state_records_reports_where_they_end(
     offsets = {TopicPartition(COMMANDS, 2): OffsetAndMetadata(0, "")}
     assert await stream.transact(2, records, offsets) == 3
     assert await stream.transact(2, records[:1], offsets) == 4
+
+
+async def test_a_stream_of_one_partition_commits_offsets_only_when_they_move(
+    kafka: MemoryKafka,
+) -> None:
+    """Fenced by its transactional id, a partition's own stream needs no offsets in every
+    transaction: they join when due (or on the final flush), as ``offsets_every_ms`` says."""
+    stream = make_stream(kafka, "g-0", shared=False)
+    await stream.start()
+    task = asyncio.create_task(stream.run())
+    tracker = OffsetTracker(0)
+    part = committer(stream, tracker, offsets_every_s=3600.0)
+    running = asyncio.create_task(part.run())
+    try:
+        assert await stream.transact(0, *share(0, 0)[:1], {}) >= 0
+        tracker.received(0)
+        part.submit(outcome(0))
+        await part.flush()  # the first commit is due: offsets move
+        tracker.received(1)
+        part.submit(outcome(1))
+        await part.flush()  # not due: records only
+        assert [call for owner, call in kafka.calls if owner == "g-0"].count("offsets") == 1
+        assert kafka.committed[TopicPartition(COMMANDS, 0)] == (1, "g-0")
+        await part.flush(final=True)
+        assert kafka.committed[TopicPartition(COMMANDS, 0)] == (2, "g-0")
+    finally:
+        for running_task in (running, task):
+            running_task.cancel()
+        await asyncio.gather(running, task, return_exceptions=True)
+    assert kafka.visible(RESULTS) == [b"p0@0", b"answer@0", b"answer@1"]
