@@ -5,9 +5,11 @@ is new or was wiped) to the end offset observed once the partition's input offse
 and no transaction was left open on it (so no earlier owner's transaction is still open),
 reading every committed record in between in log order; the store returned is complete for
 that partition. A table whose position the topic cannot have produced (past its end, before its
-start) is wiped and read from the start. One connected reader serves every restore of an
-instance, one partition at a time, so a takeover of many partitions does not pay for a new
-client per partition.
+start) is wiped and read from the start; a read that fails midway leaves the table at the last
+batch it applied, and the next restore goes on from there. One connected reader serves every
+restore of an instance, one partition at a time, so a takeover of many partitions does not pay
+for a new client per partition. :func:`catch_up` reads only through :class:`Changelog`, so these
+rules are unit-tested on an in-memory changelog (``tests/unit/runtime/test_restore_rules.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -30,6 +35,30 @@ logger = logging.getLogger(__name__)
 
 _FETCH_WAIT_MS = 10
 _POLL_MS = 20
+
+
+@dataclass(frozen=True, slots=True)
+class ChangelogRecord:
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    timestamp_ms: int
+
+
+class Changelog(Protocol):
+    """What a restore reads: one partition of the compacted sessions topic, committed records
+    only (``KafkaChangelog``; an in-memory one in the unit tests)."""
+
+    async def bounds(self, tp: TopicPartition) -> tuple[int, int]:
+        """The partition's first offset and its committed end."""
+        ...
+
+    def read(
+        self, tp: TopicPartition, start: int, end: int
+    ) -> AsyncIterator[list[ChangelogRecord]]:
+        """Its committed records from ``start`` to ``end`` in log order, batch by batch."""
+        ...
 
 
 class SessionsReader:
@@ -49,7 +78,9 @@ class SessionsReader:
             if self._consumer is None:
                 self._consumer = await _started(self._committed_reader())
             try:
-                records = await _catch_up(self._consumer, self._topic, partition, table)
+                records = await catch_up(
+                    KafkaChangelog(self._consumer), self._topic, partition, table
+                )
                 self._metrics.restored(records)
                 return SessionStore(table, cache_max_bytes=cache_max_bytes)
             except Exception:
@@ -136,30 +167,53 @@ async def _started(consumer: AIOKafkaConsumer) -> AIOKafkaConsumer:
     return consumer
 
 
-async def _catch_up(consumer: AIOKafkaConsumer, topic: str, partition: int, table: Table) -> int:
-    """Bring ``table`` to the partition's end; returns how many records were read."""
+class KafkaChangelog:
+    """A :class:`Changelog` over a group-less ``read_committed`` consumer."""
+
+    def __init__(self, consumer: AIOKafkaConsumer) -> None:
+        self._consumer = consumer
+
+    async def bounds(self, tp: TopicPartition) -> tuple[int, int]:
+        consumer = self._consumer
+        consumer.assign([tp])
+        end = (await consumer.end_offsets([tp]))[tp]
+        start = (await consumer.beginning_offsets([tp]))[tp]
+        return start, end
+
+    async def read(
+        self, tp: TopicPartition, start: int, end: int
+    ) -> AsyncIterator[list[ChangelogRecord]]:
+        consumer = self._consumer
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        while await consumer.position(tp) < end:
+            # Short: when only a transaction marker is left before the end, nothing is
+            # returned, yet the position moves past it; a long wait here cost 0.5 s per
+            # restore (measured).
+            batches = await consumer.getmany(tp, timeout_ms=_POLL_MS, max_records=2_000)
+            fetched = [
+                ChangelogRecord(r.offset, r.key, r.value, list(r.headers), r.timestamp)
+                for r in batches.get(tp, ())
+                if r.offset < end
+            ]
+            if fetched:
+                yield fetched
+
+
+async def catch_up(changelog: Changelog, topic: str, partition: int, table: Table) -> int:
+    """Bring ``table`` to the partition's end; returns how many records were read. A failure
+    leaves the table at the last batch it applied (a next restore goes on from there)."""
     tp = TopicPartition(topic, partition)
     started = time.monotonic()
     records = size = 0
-    consumer.assign([tp])
-    end = (await consumer.end_offsets([tp]))[tp]
-    start = (await consumer.beginning_offsets([tp]))[tp]
+    start, end = await changelog.bounds(tp)
     position = table.position
     if position and not start <= position <= end:
         table.wipe(f"its offset {position} is outside the topic's {start}..{end}")
         position = 0
-    consumer.seek(tp, max(position, start))
     from_offset = max(position, start)
-    while await consumer.position(tp) < end:
-        # Short: when only a transaction marker is left before the end, nothing is returned,
-        # yet the position moves past it; a long wait here cost 0.5 s per restore (measured).
-        batches = await consumer.getmany(tp, timeout_ms=_POLL_MS, max_records=2_000)
-        fetched = [record for record in batches.get(tp, ()) if record.offset < end]
-        if not fetched:
-            continue
-        rows = [
-            (r.key, r.value, event_seq_of(list(r.headers)), r.timestamp) for r in fetched if r.key
-        ]
+    async for fetched in changelog.read(tp, from_offset, end):
+        rows = [(r.key, r.value, event_seq_of(r.headers), r.timestamp_ms) for r in fetched if r.key]
         table.apply(rows, fetched[-1].offset + 1)
         records += len(fetched)
         size += sum(len(r.value or b"") for r in fetched)

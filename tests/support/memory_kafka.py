@@ -1,5 +1,6 @@
-"""An in-memory Kafka for the transaction stream's unit tests: the :class:`Transport` the runtime
-uses, with the broker's rules that the stream rests on, and a failure injectable at every call.
+"""An in-memory Kafka for the runtime's unit tests: the :class:`Transport` the transaction stream
+uses and the :class:`Changelog` a restore reads, with the broker's rules they rest on, and a
+failure injectable at every call.
 
 What it models: logs of records per partition, each record committed, aborted or still open in
 its producer's transaction; transactional ids with a producer epoch (InitProducerId aborts what
@@ -15,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import zlib
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from aiokafka import TopicPartition
@@ -23,9 +24,11 @@ from aiokafka.errors import MessageSizeTooLargeError, ProducerFenced
 from aiokafka.structs import OffsetAndMetadata
 
 from service.runtime.offset_fetch import UNSTABLE_OFFSET_COMMIT
+from service.runtime.restore import ChangelogRecord
 from service.runtime.transport import Delivery, GroupFencedError, TxnProducer
 from service.runtime.txn_offset_commit import Membership
 from service.runtime.work import OutRecord
+from service.sessions.store import event_seq_header
 
 CALLS = ("start", "begin", "send", "delivery", "offsets", "commit", "abort", "fetch")
 """Every call a failure can be injected at (``delivery``: the broker refuses a sent batch)."""
@@ -231,3 +234,55 @@ class MemoryGroupOffsets:
                 offset, metadata = kafka.committed.get(tp, (-1, ""))
                 found[tp] = (offset, metadata, 0)
         return found
+
+
+class MemoryChangelog:
+    """A compacted topic's partitions for the restore: committed records with their offsets, a
+    first offset that retention may have moved, and a failure injectable at every call."""
+
+    def __init__(self) -> None:
+        self.records: dict[TopicPartition, list[ChangelogRecord]] = defaultdict(list)
+        self.start: dict[TopicPartition, int] = defaultdict(int)
+        self.end: dict[TopicPartition, int] = defaultdict(int)
+        self.batch = 2
+        """Records per batch a read yields."""
+        self._failures: dict[str, dict[int, BaseException]] = defaultdict(dict)
+        self._calls: dict[str, int] = defaultdict(int)
+        self.reads: list[tuple[int, int]] = []
+
+    def append(self, tp: TopicPartition, key: bytes, value: bytes | None, seq: int = 0) -> None:
+        """A committed record (its event sequence number in the head's header)."""
+        offset = self.end[tp]
+        headers = [event_seq_header(seq)] if seq else []
+        self.records[tp].append(ChangelogRecord(offset, key, value, headers, 1_000 + offset))
+        self.end[tp] = offset + 1
+
+    def marker(self, tp: TopicPartition) -> None:
+        """A transaction marker: an offset no reader ever gets as a record."""
+        self.end[tp] += 1
+
+    def fail(self, call: str, error: BaseException, *, after: int = 0) -> None:
+        """``bounds`` or ``batch`` (one batch of a read) raises ``error`` once ``after`` more
+        calls of it went through."""
+        assert call in ("bounds", "batch"), call
+        self._failures[call][self._calls[call] + after + 1] = error
+
+    def _enter(self, call: str) -> None:
+        self._calls[call] += 1
+        error = self._failures[call].pop(self._calls[call], None)
+        if error is not None:
+            raise error
+
+    async def bounds(self, tp: TopicPartition) -> tuple[int, int]:
+        self._enter("bounds")
+        return self.start[tp], self.end[tp]
+
+    async def read(
+        self, tp: TopicPartition, start: int, end: int
+    ) -> AsyncIterator[list[ChangelogRecord]]:
+        self.reads.append((start, end))
+        first_kept = self.start[tp]
+        wanted = [r for r in self.records[tp] if max(start, first_kept) <= r.offset < end]
+        for first in range(0, len(wanted), self.batch):
+            self._enter("batch")
+            yield wanted[first : first + self.batch]
