@@ -105,13 +105,12 @@ class _StopRequestedError(Exception):
 
 
 class PartitionOwner:
-    def __init__(self, partition: int, ctx: OwnerContext, *, seek_on_start: bool) -> None:
+    def __init__(self, partition: int, ctx: OwnerContext) -> None:
         self.partition = partition
         self._ctx = ctx
         self._topics = ctx.settings.topics
-        # Every owner starts from the stable committed offsets, first or re-created alike.
-        del seek_on_start
         self._accepting = False
+        """Records are taken once the owner has sought to the stable committed offsets."""
         self._min_offsets: dict[str, int] = {}
         self._trackers: dict[str, OffsetTracker] = {}
         self._buffer: list[InputRecord] = []

@@ -49,9 +49,7 @@ logger = logging.getLogger(__name__)
 class OwnerFactory(Protocol):
     """Makes the owner of one partition (tests put a stand-in here)."""
 
-    def __call__(
-        self, partition: int, ctx: OwnerContext, *, seek_on_start: bool
-    ) -> PartitionOwner: ...
+    def __call__(self, partition: int, ctx: OwnerContext) -> PartitionOwner: ...
 
 
 _STOP_MARGIN_S = 10.0
@@ -252,7 +250,7 @@ class Runtime:
         logger.info("partitions=<%s> | partitions assigned", sorted(partitions))
         for partition in sorted(partitions):
             if partition not in self._owners:
-                self._start_owner(partition, seek_on_start=False)
+                self._start_owner(partition)
 
     async def _revoke(self, partitions: set[int]) -> None:
         logger.info("partitions=<%s> | partitions revoked", sorted(partitions))
@@ -266,9 +264,9 @@ class Runtime:
         self._ops.readiness.restored(partition)
         logger.info("partition=<%d> | partition ready", partition)
 
-    def _start_owner(self, partition: int, *, seek_on_start: bool) -> None:
+    def _start_owner(self, partition: int) -> None:
         assert self._tasks is not None and self._ctx is not None
-        owner = self._owner_factory(partition, self._ctx, seek_on_start=seek_on_start)
+        owner = self._owner_factory(partition, self._ctx)
         self._owners[partition] = owner
         self._owner_tasks[owner] = self._tasks.create_task(self._own(owner))
 
@@ -298,7 +296,7 @@ class Runtime:
             # Down until the fresh owner has restored: not ready in the meantime.
             self._ops.readiness.restoring(partition)
             if await self._waited(delay) and self._still_mine(partition):
-                self._start_owner(partition, seek_on_start=True)
+                self._start_owner(partition)
         elif exit_ is OwnerExit.FENCED and not self._stopping:
             await self._recheck_fenced(partition)
 
@@ -324,7 +322,7 @@ class Runtime:
             logger.warning(
                 "partition=<%d> | still owned after being fenced: taking it back", partition
             )
-            self._start_owner(partition, seek_on_start=True)
+            self._start_owner(partition)
 
     async def _waited(self, seconds: float) -> bool:
         """Wait ``seconds``; False when the instance began stopping meanwhile."""

@@ -48,9 +48,8 @@ class _Script:
 
 
 class _StandInOwner:
-    def __init__(self, script: _Script, partition: int, ctx: Any, *, seek_on_start: bool) -> None:
+    def __init__(self, script: _Script, partition: int, ctx: Any) -> None:
         self.partition = partition
-        self.seek_on_start = seek_on_start
         self._script = script
         self._ctx = ctx
         self._stop = asyncio.Event()
@@ -85,8 +84,8 @@ async def _run(steps: list[str], ops: Operability) -> _Script:
         Settings(),
         {},
         operability=ops,
-        owner_factory=lambda partition, ctx, *, seek_on_start: _StandInOwner(  # type: ignore[arg-type,return-value]
-            script, partition, ctx, seek_on_start=seek_on_start
+        owner_factory=lambda partition, ctx: _StandInOwner(  # type: ignore[arg-type,return-value]
+            script, partition, ctx
         ),
         restart_backoff=lambda: RestartBackoff(initial_s=INITIAL_S, cap_s=CAP_S),
     )
