@@ -9,13 +9,14 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 
 from tests.conftest import CreateTopics, create_topics
 from tests.support.own_broker import OwnBroker, own_broker
 from tests.support.txn_probe import (
     VERIFICATION_OFF,
     VerifiedProduceError,
+    committed_values,
     fabricate_hanging_transaction,
     fence,
     partition_offsets,
@@ -29,28 +30,6 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 def unverified_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnBroker]:
     with own_broker(tmp_path_factory.mktemp("kafka"), VERIFICATION_OFF) as broker:
         yield broker
-
-
-async def committed_values(bootstrap: str, tp: TopicPartition) -> list[bytes | None]:
-    """Every record value a read_committed reader gets from the partition, up to its LSO."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-    )
-    await consumer.start()
-    try:
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
-        end = (await consumer.end_offsets([tp]))[tp]
-        values = []
-        while await consumer.position(tp) < end:
-            batches = await consumer.getmany(tp, timeout_ms=500)
-            values.extend(record.value for record in batches.get(tp, ()))
-        return values
-    finally:
-        await consumer.stop()
 
 
 async def transact(

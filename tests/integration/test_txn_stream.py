@@ -28,6 +28,7 @@ from service.runtime.txn_stream import GroupFencedError, TransactionStream
 from service.runtime.work import Origin, Outcome, OutRecord
 from service.settings import FaultSettings, KafkaSettings
 from tests.conftest import CreateTopics
+from tests.support.txn_probe import committed_values
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(90)]
 
@@ -73,23 +74,8 @@ class Setup:
         offsets = {TopicPartition(self.commands, partition): OffsetAndMetadata(offset, "")}
         return records, offsets
 
-    async def visible(self, partition: int) -> list[bytes]:
-        tp = TopicPartition(self.results, partition)
-        reader = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap, group_id=None, isolation_level="read_committed"
-        )
-        await reader.start()
-        try:
-            reader.assign([tp])
-            await reader.seek_to_beginning(tp)
-            end = (await reader.end_offsets([tp]))[tp]
-            values: list[bytes] = []
-            while await reader.position(tp) < end:
-                batches = await reader.getmany(tp, timeout_ms=500)
-                values.extend(r.value for r in batches.get(tp, ()) if r.value is not None)
-            return values
-        finally:
-            await reader.stop()
+    async def visible(self, partition: int) -> list[bytes | None]:
+        return await committed_values(self.bootstrap, TopicPartition(self.results, partition))
 
 
 @pytest.fixture

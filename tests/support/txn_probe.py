@@ -143,3 +143,25 @@ async def offsets_writers(
 async def offsets_writer(bootstrap: str, group: str, tp: TopicPartition) -> str:
     """The transactional id the group's committed offset of ``tp`` names as its writer."""
     return (await offsets_writers(bootstrap, group, [tp]))[tp]
+
+
+async def committed_values(bootstrap: str, tp: TopicPartition) -> list[bytes | None]:
+    """Every record value a read_committed reader gets from the partition, up to its LSO."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+    )
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        end = (await consumer.end_offsets([tp]))[tp]
+        values = []
+        while await consumer.position(tp) < end:
+            batches = await consumer.getmany(tp, timeout_ms=500)
+            values.extend(record.value for record in batches.get(tp, ()))
+        return values
+    finally:
+        await consumer.stop()
