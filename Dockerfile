@@ -1,13 +1,23 @@
-# Cairn service image: the `cairn` CLI as entrypoint, `serve` as the default command.
+# Cairn service image: the `cairn` CLI as entrypoint, `serve` as the default command, with the
+# OpenAI-compatible and Anthropic SDKs (the openai and anthropic extras).
 # Build: docker build -t cairn:local .   Run: see deploy/compose.yaml.
+# Every dependency comes from requirements.lock (make lock): two builds of one commit install the
+# same versions of the same files, whatever PyPI has published since.
 
 FROM python:3.11-slim AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/cairn
 WORKDIR /src
+# The dependencies first (their layer is reused until the lock changes): pinned, hash-checked.
+COPY requirements.lock ./
+RUN /opt/cairn/bin/pip install --require-hashes -r requirements.lock
 COPY pyproject.toml README.md ./
 COPY service ./service
-RUN /opt/cairn/bin/pip install .
+# Cairn itself, with its extras, and no index to fall back on: a requirement the lock lacks
+# fails the build instead of being fetched unpinned.
+RUN /opt/cairn/bin/pip wheel --no-deps --wheel-dir /tmp/dist . \
+    && /opt/cairn/bin/pip install --no-index --find-links /tmp/dist "cairn[openai,anthropic]" \
+    && /opt/cairn/bin/pip check
 
 FROM python:3.11-slim
 ENV PATH=/opt/cairn/bin:$PATH \

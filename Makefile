@@ -18,7 +18,8 @@ PYTEST_ARGS ?=
 	bench-engine clean distclean
 
 help:
-	@echo "make install       create $(VENV) and install cairn with its dev extras"
+	@echo "make install       create $(VENV) and install cairn with its dev extras (from the lock)"
+	@echo "make lock          regenerate requirements.lock and requirements-dev.lock from pyproject"
 	@echo "make lint          ruff check, ruff format --check, mypy (strict)"
 	@echo "make test          unit tests first, then contract/integration/fault tests (real Kafka)"
 	@echo "make test-unit     only the fast tests that need no broker"
@@ -37,13 +38,36 @@ help:
 
 install: $(INSTALLED)
 
-$(INSTALLED): pyproject.toml
+# Every dependency comes from requirements-dev.lock (pinned, hash-checked); the second step only
+# links Cairn itself and, with no index to fall back on, fails if the lock misses a requirement.
+$(INSTALLED): pyproject.toml requirements-dev.lock
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { \
 		echo "install: $(PYTHON) is older than Python 3.11; try make install PYTHON=python3.11" >&2; \
 		exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes \
+		-r requirements-dev.lock
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-index \
+		--no-build-isolation -e '.[dev]'
 	@touch $@
+
+# The lock files, from pyproject.toml: requirements.lock (runtime and the provider extras: what
+# the image installs) and requirements-dev.lock (runtime and the dev extra: what make install and
+# CI install). Run after changing a dependency; versions already locked are kept unless
+# LOCK_ARGS=--upgrade (or --upgrade-package NAME). uv, at the version pinned here, runs from its
+# own scratch venv.
+UV_VERSION := 0.13.9
+UV_VENV := .cache/uv-$(UV_VERSION)
+LOCK_ARGS ?=
+LOCK := $(UV_VENV)/bin/uv pip compile pyproject.toml --quiet --generate-hashes --universal \
+	--python-version 3.11 --custom-compile-command 'make lock' $(LOCK_ARGS)
+
+.PHONY: lock
+lock:
+	@test -x $(UV_VENV)/bin/uv || { $(PYTHON) -m venv $(UV_VENV) && \
+		$(UV_VENV)/bin/pip install --quiet --disable-pip-version-check 'uv==$(UV_VERSION)'; }
+	$(LOCK) --extra openai --extra anthropic -o requirements.lock
+	$(LOCK) --extra dev -o requirements-dev.lock
 
 kafka-jars: $(INSTALLED)
 	$(KAFKA_LOCAL) jars
