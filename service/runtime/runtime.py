@@ -41,7 +41,7 @@ from service.runtime.topics import verify_topics
 from service.runtime.transport import KafkaTransport
 from service.runtime.txn_offset_commit import Membership
 from service.runtime.txn_stream import TransactionStream
-from service.settings import Settings
+from service.settings import GroupSettings, Settings
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +159,9 @@ class Runtime:
             shared = make_stream(instance_transactional_id(settings), shared=True)
             streams = InstanceStream(shared)
         else:
-            streams = PartitionStreams(lambda p: make_stream(f"{group.group_id}-{p}", shared=False))
+            streams = PartitionStreams(
+                lambda p: make_stream(partition_transactional_id(group, p), shared=False)
+            )
         self._ctx = OwnerContext(
             settings=settings,
             streams=streams,
@@ -188,7 +190,9 @@ class Runtime:
             group.instance_id,
             partitions,
             settings.runtime.transaction_streams,
-            shared.transactional_id if shared is not None else f"{group.group_id}-<partition>",
+            shared.transactional_id
+            if shared is not None
+            else f"{transactional_id_prefix(group)}<partition>",
         )
         await consumer.start()
         try:
@@ -350,12 +354,23 @@ class Runtime:
             await asyncio.wait(pending)
 
 
+def transactional_id_prefix(group: GroupSettings) -> str:
+    """What every transactional id of the group's instances starts with: the one prefix a
+    least-privilege ACL grants (docs/runtime.md, "Kafka ACLs")."""
+    return f"{group.group_id}-"
+
+
+def partition_transactional_id(group: GroupSettings, partition: int) -> str:
+    """The transactional id of a partition's own stream (``transaction_streams=partition``)."""
+    return f"{transactional_id_prefix(group)}{partition}"
+
+
 def instance_transactional_id(settings: Settings) -> str:
     """The instance's transactional id: stable across restarts of a static member (its new
     incarnation fences the old one at once), unique per process otherwise."""
     group = settings.group
     suffix = group.instance_id if group.instance_id is not None else uuid.uuid4().hex[:12]
-    return f"{group.group_id}-{suffix}"
+    return f"{transactional_id_prefix(group)}{suffix}"
 
 
 def membership_of(consumer: AIOKafkaConsumer, instance_id: str | None) -> Membership | None:

@@ -7,66 +7,50 @@ the image's entrypoint is the CLI, and the stop budget covers the drain.
 
 from __future__ import annotations
 
-import re
 import shlex
 import tomllib
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from pydantic import BaseModel
 
 from service.observability.http import HealthServer
 from service.observability.metrics import Metrics
 from service.settings import Settings
+from tests.support.manifests import (
+    BASE,
+    K8S,
+    ROOT,
+    SETTING_PATHS,
+    base_container,
+    configmap_data,
+    dockerfile_stages,
+    documents,
+    folder_documents,
+    kustomization,
+    only,
+    shell_commands,
+    strimzi_env,
+)
 
-ROOT = Path(__file__).resolve().parents[2]
-K8S = ROOT / "deploy" / "k8s"
 COMPOSE = ROOT / "deploy" / "compose.yaml"
-DOCKERFILE = ROOT / "Dockerfile"
-
-
-def _setting_paths(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> dict[str, tuple]:
-    """``CAIRN_`` env name -> attribute path, derived from the settings model itself."""
-    out: dict[str, tuple] = {}
-    for name, field in model.model_fields.items():
-        path = (*prefix, name)
-        annotation = field.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            out.update(_setting_paths(annotation, path))
-        else:
-            out["CAIRN_" + "__".join(p.upper() for p in path)] = path
-    return out
-
-
-SETTING_PATHS = _setting_paths(Settings)
+KUBERNETES_DOC = ROOT / "docs" / "kubernetes.md"
 
 
 def _k8s_documents() -> list[dict[str, Any]]:
-    docs: list[dict[str, Any]] = []
-    for path in sorted(K8S.glob("*.yaml")):
-        docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
-    return docs
+    return folder_documents(BASE)
 
 
 def _one(kind: str) -> dict[str, Any]:
-    found = [d for d in _k8s_documents() if d.get("kind") == kind]
-    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
-    return found[0]
+    return only(_k8s_documents(), kind)
 
 
 def _container() -> dict[str, Any]:
-    containers = _one("Deployment")["spec"]["template"]["spec"]["containers"]
-    assert len(containers) == 1
-    return containers[0]
+    return base_container("Deployment")
 
 
 def _config_env() -> dict[str, str]:
-    env = dict(_one("ConfigMap")["data"])
-    secret = _one("Secret")
-    env.update(secret.get("stringData") or {})
-    return env
+    return configmap_data(BASE)
 
 
 def _compose() -> dict[str, Any]:
@@ -79,16 +63,9 @@ def _service_routes() -> set[str]:
 
 
 def _dockerfile_final_stage() -> list[tuple[str, str]]:
-    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
-    instructions = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            keyword, _, rest = line.partition(" ")
-            instructions.append((keyword.upper(), rest.strip()))
-    froms = [i for i, (k, _) in enumerate(instructions) if k == "FROM"]
-    assert len(froms) >= 2, "the image must be built in more than one stage"
-    return instructions[froms[-1] :]
+    stages = dockerfile_stages()
+    assert len(stages) >= 2, "the image must be built in more than one stage"
+    return stages[-1]
 
 
 def _exec_form(value: str) -> list[str]:
@@ -98,12 +75,65 @@ def _exec_form(value: str) -> list[str]:
 
 
 def test_every_k8s_manifest_parses_and_kustomization_lists_them_all() -> None:
-    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
-    listed = set(kustomization["resources"])
-    on_disk = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
+    listed = set(kustomization(BASE)["resources"])
+    on_disk = {p.name for p in BASE.glob("*.yaml")} - {"kustomization.yaml"}
     assert listed == on_disk
+    assert kustomization(K8S)["resources"] == ["base"]
     kinds = {d["kind"] for d in _k8s_documents()}
-    assert {"Deployment", "ConfigMap", "Secret", "PodDisruptionBudget"} <= kinds
+    assert {"Deployment", "ConfigMap", "PodDisruptionBudget", "Job", "Service"} <= kinds
+
+
+def test_no_secret_is_applied_with_the_manifests() -> None:
+    # Credentials are made by the operator (docs/kubernetes.md), never kept as placeholders.
+    for path in K8S.rglob("*.yaml"):
+        assert all(d.get("kind") != "Secret" for d in documents(path)), path
+
+
+def _secret_commands() -> dict[str, set[str]]:
+    """Secret name -> the keys the documented `kubectl create secret generic` commands give it."""
+    secrets: dict[str, set[str]] = {}
+    for argv in shell_commands(KUBERNETES_DOC, "kubectl"):
+        if argv[1:4] == ["create", "secret", "generic"]:
+            keys = {a.split("=", 1)[1].split("=", 1)[0] for a in argv if a.startswith("--from-")}
+            secrets.setdefault(argv[4], set()).update(keys)
+    return secrets
+
+
+def _secret_refs(kind: str) -> list[dict[str, Any]]:
+    env_from = base_container(kind)["envFrom"]
+    return [source["secretRef"] for source in env_from if "secretRef" in source]
+
+
+def test_documented_secrets_carry_the_keys_the_pods_read() -> None:
+    documented = _secret_commands()
+    credentials = {"CAIRN_KAFKA__SASL_USERNAME", "CAIRN_KAFKA__SASL_PASSWORD"}
+    assert credentials <= set(SETTING_PATHS)
+    for kind in ("Deployment", "Job"):
+        [ref] = _secret_refs(kind)
+        # Optional: a broker without authentication needs no Secret at all.
+        assert ref["optional"] is True
+        keys = documented.get(ref["name"])
+        assert keys, f"{kind}: no documented command creates Secret {ref['name']!r}"
+        assert credentials <= keys, kind
+        # Every CAIRN_ key is a setting; other keys (API keys of agents) pass through as they are.
+        assert {k for k in keys if k.startswith("CAIRN_")} <= set(SETTING_PATHS)
+    # The topics Job authenticates as its own principal, the only one allowed to create topics.
+    assert _secret_refs("Job")[0]["name"] != _secret_refs("Deployment")[0]["name"]
+
+
+def test_topics_job_runs_topics_create_with_the_service_settings_and_image() -> None:
+    job = _one("Job")
+    pod = job["spec"]["template"]["spec"]
+    container = base_container("Job")
+    assert container["args"] == ["topics", "create"]
+    assert container["image"] == _container()["image"]
+    assert pod["restartPolicy"] in ("OnFailure", "Never")
+    assert job["spec"]["backoffLimit"] >= 3  # retried while the broker is still coming up
+    config_refs = [s["configMapRef"]["name"] for s in container["envFrom"] if "configMapRef" in s]
+    assert config_refs == [_one("ConfigMap")["metadata"]["name"]]
+    users = [rest for keyword, rest in _dockerfile_final_stage() if keyword == "USER"]
+    assert str(pod["securityContext"]["runAsUser"]) == users[-1]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
 
 
 def test_probe_and_prestop_paths_are_routes_of_the_service() -> None:
@@ -128,7 +158,7 @@ def test_probe_port_is_the_port_the_service_listens_on() -> None:
 
 
 def _all_cairn_env() -> dict[str, dict[str, str]]:
-    sources: dict[str, dict[str, str]] = {"k8s": _config_env()}
+    sources: dict[str, dict[str, str]] = {"k8s": _config_env(), "k8s:strimzi": strimzi_env()}
     for name, service in _compose()["services"].items():
         env = service.get("environment") or {}
         sources[f"compose:{name}"] = {k: str(v) for k, v in env.items()}
@@ -229,7 +259,12 @@ def test_commands_the_deployment_runs_are_real_cli_commands() -> None:
     from service.cli import build_parser
 
     parser = build_parser()
-    runs = [["serve"], _compose()["services"]["topics"]["command"], _container()["args"]]
+    runs = [
+        ["serve"],
+        _compose()["services"]["topics"]["command"],
+        _container()["args"],
+        base_container("Job")["args"],
+    ]
     for argv in runs:
         args = parser.parse_args(argv)
         assert callable(getattr(args, "handler", None)), argv

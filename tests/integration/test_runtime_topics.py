@@ -58,6 +58,30 @@ async def test_topics_create_makes_six_topics_with_compacted_sessions(
         await admin.close()
 
 
+async def test_topics_create_completes_a_layout_an_earlier_run_left_half_done(
+    kafka_bootstrap: str, tmp_path
+) -> None:
+    # A topics Job interrupted after some topics were made: its retry makes the rest, keeps
+    # what exists, and exits 0.
+    cluster = Cluster(kafka_bootstrap, tmp_path, partitions=2)
+    topics = cluster.topics
+    await create_topics_raw(kafka_bootstrap, {topics.commands: 2, topics.results: 2})
+    result = _run(cluster, "topics", "create")
+    assert result.returncode == 0, result.stderr
+    reported = dict(line.split(": ", 1) for line in result.stdout.splitlines())
+    existed = {topics.commands, topics.results}
+    names = [topics.commands, topics.control, topics.sessions]
+    names += [topics.results, topics.events, topics.dlq]
+    assert reported == {n: "exists" if n in existed else "created" for n in names}
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:
+        described = {t["topic"]: len(t["partitions"]) for t in await admin.describe_topics(names)}
+    finally:
+        await admin.close()
+    assert described == dict.fromkeys(names, 2)
+
+
 async def test_serve_refuses_missing_topics(kafka_bootstrap: str, tmp_path) -> None:
     cluster = Cluster(kafka_bootstrap, tmp_path)
     result = _run(cluster, "serve")
