@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
 
 from service.agent.definition import AgentDefinition
@@ -33,7 +33,7 @@ from service.runtime.faults import FaultPoints
 from service.runtime.invoker import Invoker
 from service.runtime.offsets import OffsetTracker
 from service.runtime.records import event_record, parse_command
-from service.runtime.restore import SessionsReader
+from service.runtime.restore import Sessions
 from service.runtime.session_queue import SessionQueues
 from service.runtime.standby import Standby
 from service.runtime.streams import Streams
@@ -44,6 +44,7 @@ from service.runtime.transactions import (
     vouched,
     watch_stable_offsets,
 )
+from service.runtime.transport import InputSource
 from service.runtime.txn_stream import CommitFailedError, GroupFencedError, TransactionStream
 from service.runtime.work import CommandWork, InputRecord, Outcome
 from service.sessions.table import SqliteTable
@@ -85,13 +86,14 @@ class OwnerContext:
 
     settings: Settings
     agents: Mapping[str, AgentDefinition]
-    consumer: AIOKafkaConsumer
+    inputs: InputSource
+    """The instance's group consumer of the input topics (shared with the consumer loop)."""
     streams: Streams
     """Where each owner's transactions go (the instance's stream or one of its own)."""
     inflight: InFlight
     faults: FaultPoints
     on_restored: Callable[[int], None]
-    sessions: SessionsReader
+    sessions: Sessions
     store_root: Path
     """Folder of the local session stores, one subfolder per partition."""
     standby: Standby | None = None
@@ -220,6 +222,7 @@ class PartitionOwner:
             written,
             self._ctx.metrics,
             keep=frozenset((self._topics.results, self._topics.events)),
+            settle_s=SETTLE_S,
         )
         self._seek(starts)
         await self._ctx.faults.before_restore(self.partition)
@@ -344,7 +347,7 @@ class PartitionOwner:
                     fenced.add(transactional_id)
             await asyncio.sleep(_STABLE_POLL_S)
         missing = [tp for tp, (offset, _) in found.items() if offset < 0]
-        beginnings = await self._ctx.consumer.beginning_offsets(missing) if missing else {}
+        beginnings = await self._ctx.inputs.beginning_offsets(missing) if missing else {}
         return {tp: beginnings[tp] if offset < 0 else offset for tp, (offset, _) in found.items()}
 
     async def _expire_idle(
@@ -420,9 +423,9 @@ class PartitionOwner:
         """Read from the stable committed offsets (before restore); the seeks and the switch to
         accepting records happen in one step, so no record fetched before a seek is taken and
         none after is lost."""
-        consumer = self._ctx.consumer
+        inputs = self._ctx.inputs
         for tp, offset in starts.items():
-            consumer.seek(tp, offset)
+            inputs.seek(tp, offset)
             self._min_offsets[tp.topic] = offset
             self._trackers[tp.topic] = OffsetTracker(offset)
         self._accepting = True

@@ -61,6 +61,22 @@ class Changelog(Protocol):
         ...
 
 
+class Sessions(Protocol):
+    """What a partition owner reads of the sessions topic: its restore, and the transactions
+    left open on the partitions it writes (``SessionsReader``; an in-memory one in the unit
+    tests)."""
+
+    async def restore(
+        self, partition: int, table: Table, *, cache_max_bytes: int
+    ) -> SessionStore: ...
+
+    async def stable_and_end(
+        self, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, tuple[int, int]]: ...
+
+    async def read_open(self, tp: TopicPartition, start: int, end: int) -> list[OutRecord]: ...
+
+
 class SessionsReader:
     """The instance's reader of the sessions topic; :meth:`close` it when the runtime stops."""
 
