@@ -36,7 +36,7 @@ from aiokafka.structs import OffsetAndMetadata
 
 from service.runtime.offset_fetch import UNSTABLE_OFFSET_COMMIT
 from service.runtime.restore import ChangelogRecord, catch_up
-from service.runtime.transport import Delivery, GroupFencedError, TxnProducer
+from service.runtime.transport import Delivery, GroupFencedError, GroupOffsets, TxnProducer
 from service.runtime.txn_offset_commit import Membership
 from service.runtime.work import InputRecord, Origin, OutRecord
 from service.sessions.store import SessionStore, event_seq_header
@@ -170,7 +170,7 @@ class MemoryKafka:
         self._hangs: dict[str, asyncio.Event] = {}
         self.fired: list[tuple[int, str]] = []
         """(position in ``calls``, call) of every injected failure that fired."""
-        self.offsets = MemoryGroupOffsets(self)
+        self.offsets: GroupOffsets = MemoryGroupOffsets(self)
 
     # the transport
     def producer(self, transactional_id: str) -> TxnProducer:

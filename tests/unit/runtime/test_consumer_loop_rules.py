@@ -88,11 +88,6 @@ async def running() -> AsyncIterator[Callable[[ConsumerLoop], asyncio.Task[None]
         await asyncio.gather(task, return_exceptions=True)
 
 
-def test_the_in_memory_input_is_an_input_source() -> None:
-    source: InputSource = MemoryInput(MemoryKafka())
-    assert source.assignment() == set()
-
-
 async def test_records_reach_their_owner_in_offset_order(running: Any) -> None:
     bench = Bench()
     first, second = bench.own(0), bench.own(1)
