@@ -6,7 +6,14 @@ owner's transaction may still move them: it ended, or was aborted by fencing its
 session store is restored, and its first commit claimed it under this instance's producer and
 group generation; commands of one session run in topic order; once fenced, the owner never
 writes again; on stop it starts nothing new, gives running steps a bounded grace period to reach
-a commit, abandons the rest, and moves the input offsets in its last commit.
+a commit, abandons the rest, and moves the input offsets in its last commit. A failure of any
+call it makes of Kafka ends it ``FAILED`` (the runtime re-creates it, and the new owner starts
+from the committed offsets and state), a fencing error ``FENCED``; one while it stops cuts the
+last commit short. A record below its start is never taken, one fetched again only once.
+
+It reaches Kafka only through its stream, the instance's :class:`InputSource` and
+:class:`Sessions`, so these rules are unit-tested on the in-memory Kafka
+(``tests/unit/runtime/test_owner_rules.py``), a failure injected at every call it makes.
 """
 
 from __future__ import annotations
