@@ -269,6 +269,53 @@ async def test_a_takeover_fences_the_writer_the_offsets_name_and_ends_what_it_le
     assert first(kafka, OLD, "abort") < first(kafka, "sessions", "sessions.restore")
 
 
+async def test_a_transaction_that_ends_within_the_settle_time_is_waited_for_not_fenced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(partition_owner, "SETTLE_S", 5.0)
+    kafka = MemoryKafka()
+    put(kafka, *(command(i) for i in range(5)))
+    await old_owner(kafka)
+    kafka.logs[(TOPICS.events, 0)].clear()  # no batch left open outside the transaction
+    async with Instance(kafka, tmp_path) as instance:
+        owner, task = instance.owner()
+        await until(lambda: kafka.calls.count(("group", "fetch")) >= 3, "the wait for stability")
+        assert committed(kafka) == 2
+        kafka.end(OLD, 0, committed=True)  # the live previous owner's commit lands
+        await until(lambda: committed(kafka) == 5, "the commands after c2")
+        assert await instance.stop(owner, task) is OwnerExit.STOPPED
+    assert kafka.epochs[OLD] == 0  # never fenced
+    # c2 was answered by the previous owner's transaction: the new owner starts after it.
+    assert answered(kafka) == Counter({f"c{i}": 1 for i in range(5)})
+    assert (OLD, "start") not in kafka.calls[1:]
+
+
+async def test_offsets_unstable_past_the_transaction_timeout_fail_the_owner(
+    tmp_path: Path,
+) -> None:
+    """A transaction the offsets do not name (no offsets committed yet) holds them: nobody to
+    fence, so the owner waits out the transaction timeout and fails, having run nothing."""
+    kafka = MemoryKafka()
+    put(kafka, command(0))
+    holder = kafka.producer(f"{GROUP}-unnamed")
+    await holder.start()
+    await holder.begin()
+    offsets = {COMMANDS_0: OffsetAndMetadata(1, "")}
+    await holder.commit_offsets(GROUP, kafka.membership(), offsets)
+    async with Instance(kafka, tmp_path) as instance:
+        runtime = instance.settings.runtime.model_copy(
+            update={"transaction_timeout_ms": 100, "commit_timeout_s": 0.1}
+        )
+        instance.ctx.settings = instance.settings.model_copy(update={"runtime": runtime})
+        owner, task = instance.owner()
+        async with asyncio.timeout(10):
+            assert await task is OwnerExit.FAILED
+        assert "stayed unstable" in str(owner.error)
+    assert (f"{GROUP}-unnamed", "start") not in kafka.calls[1:]
+    assert kafka.committed == {} and answered(kafka) == Counter()
+    assert ("input", "input.seek") not in kafka.calls
+
+
 async def test_records_below_the_start_and_records_fetched_again_are_taken_once(
     tmp_path: Path,
 ) -> None:
