@@ -1,8 +1,14 @@
-"""The fetch loop: the only caller of ``getmany()``, dispatching records to partition owners.
+"""The fetch loop: the only caller of :meth:`InputSource.fetch` (``getmany()``), dispatching
+records to partition owners.
 
-Guarantees: records reach their partition's owner in offset order; ``getmany()`` keeps being
-called (so group membership stays alive) even while fetching is paused for backpressure; when
-the instance's in-flight bound is reached, every assigned partition is paused, nothing dropped.
+Guarantees: records reach their partition's owner in offset order; records of a partition with
+no owner here are not taken (its next owner seeks to its committed offsets); fetching keeps being
+called (so group membership stays alive) even while paused for backpressure; when the instance's
+in-flight bound is reached, every assigned partition is paused, nothing dropped, and resumed once
+the in-flight count drops below the bound. A failed fetch (or any failed call of the input
+source) is not retried here: it ends :meth:`ConsumerLoop.run`, and with it the runtime, whose
+process exits and is restarted. The loop reaches Kafka only through :class:`InputSource`, so these
+rules are unit-tested on an in-memory one (``tests/unit/runtime/test_consumer_loop_rules.py``).
 """
 
 from __future__ import annotations
@@ -11,10 +17,8 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 
-from aiokafka import AIOKafkaConsumer
-
 from service.runtime.partition_owner import InFlight, PartitionOwner
-from service.runtime.work import InputRecord, Origin
+from service.runtime.transport import InputSource
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +29,7 @@ _PAUSED_POLL_MS = 10
 class ConsumerLoop:
     def __init__(
         self,
-        consumer: AIOKafkaConsumer,
+        consumer: InputSource,
         owners: Mapping[int, PartitionOwner],
         inflight: InFlight,
         *,
@@ -48,24 +52,15 @@ class ConsumerLoop:
         on_turn = self._on_turn
         while not self._stopping.is_set():
             on_turn()
-            batches = await consumer.getmany(
-                timeout_ms=_PAUSED_POLL_MS if self.paused else _POLL_MS,
-                max_records=self._max_records,
+            batches = await consumer.fetch(
+                _PAUSED_POLL_MS if self.paused else _POLL_MS, self._max_records
             )
             for tp, records in batches.items():
                 owner = self._owners.get(tp.partition)
                 if owner is None:
                     continue
                 for record in records:
-                    owner.accept(
-                        InputRecord(
-                            origin=Origin(tp.topic, tp.partition, record.offset),
-                            key=record.key,
-                            value=record.value,
-                            headers=list(record.headers),
-                            timestamp_ms=record.timestamp,
-                        )
-                    )
+                    owner.accept(record)
             self._apply_backpressure()
             if batches:
                 # getmany() returns prefetched records without suspending: without this yield a

@@ -6,7 +6,14 @@ owner's transaction may still move them: it ended, or was aborted by fencing its
 session store is restored, and its first commit claimed it under this instance's producer and
 group generation; commands of one session run in topic order; once fenced, the owner never
 writes again; on stop it starts nothing new, gives running steps a bounded grace period to reach
-a commit, abandons the rest, and moves the input offsets in its last commit.
+a commit, abandons the rest, and moves the input offsets in its last commit. A failure of any
+call it makes of Kafka ends it ``FAILED`` (the runtime re-creates it, and the new owner starts
+from the committed offsets and state), a fencing error ``FENCED``; one while it stops cuts the
+last commit short. A record below its start is never taken, one fetched again only once.
+
+It reaches Kafka only through its stream, the instance's :class:`InputSource` and
+:class:`Sessions`, so these rules are unit-tested on the in-memory Kafka
+(``tests/unit/runtime/test_owner_rules.py``), a failure injected at every call it makes.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
 
 from service.agent.definition import AgentDefinition
@@ -33,7 +40,7 @@ from service.runtime.faults import FaultPoints
 from service.runtime.invoker import Invoker
 from service.runtime.offsets import OffsetTracker
 from service.runtime.records import event_record, parse_command
-from service.runtime.restore import SessionsReader
+from service.runtime.restore import Sessions
 from service.runtime.session_queue import SessionQueues
 from service.runtime.standby import Standby
 from service.runtime.streams import Streams
@@ -44,6 +51,7 @@ from service.runtime.transactions import (
     vouched,
     watch_stable_offsets,
 )
+from service.runtime.transport import InputSource
 from service.runtime.txn_stream import CommitFailedError, GroupFencedError, TransactionStream
 from service.runtime.work import CommandWork, InputRecord, Outcome
 from service.sessions.table import SqliteTable
@@ -85,13 +93,14 @@ class OwnerContext:
 
     settings: Settings
     agents: Mapping[str, AgentDefinition]
-    consumer: AIOKafkaConsumer
+    inputs: InputSource
+    """The instance's group consumer of the input topics (shared with the consumer loop)."""
     streams: Streams
     """Where each owner's transactions go (the instance's stream or one of its own)."""
     inflight: InFlight
     faults: FaultPoints
     on_restored: Callable[[int], None]
-    sessions: SessionsReader
+    sessions: Sessions
     store_root: Path
     """Folder of the local session stores, one subfolder per partition."""
     standby: Standby | None = None
@@ -220,6 +229,7 @@ class PartitionOwner:
             written,
             self._ctx.metrics,
             keep=frozenset((self._topics.results, self._topics.events)),
+            settle_s=SETTLE_S,
         )
         self._seek(starts)
         await self._ctx.faults.before_restore(self.partition)
@@ -344,7 +354,7 @@ class PartitionOwner:
                     fenced.add(transactional_id)
             await asyncio.sleep(_STABLE_POLL_S)
         missing = [tp for tp, (offset, _) in found.items() if offset < 0]
-        beginnings = await self._ctx.consumer.beginning_offsets(missing) if missing else {}
+        beginnings = await self._ctx.inputs.beginning_offsets(missing) if missing else {}
         return {tp: beginnings[tp] if offset < 0 else offset for tp, (offset, _) in found.items()}
 
     async def _expire_idle(
@@ -420,9 +430,9 @@ class PartitionOwner:
         """Read from the stable committed offsets (before restore); the seeks and the switch to
         accepting records happen in one step, so no record fetched before a seek is taken and
         none after is lost."""
-        consumer = self._ctx.consumer
+        inputs = self._ctx.inputs
         for tp, offset in starts.items():
-            consumer.seek(tp, offset)
+            inputs.seek(tp, offset)
             self._min_offsets[tp.topic] = offset
             self._trackers[tp.topic] = OffsetTracker(offset)
         self._accepting = True

@@ -9,7 +9,9 @@ start) is wiped and read from the start; a read that fails midway leaves the tab
 batch it applied, and the next restore goes on from there. One connected reader serves every
 restore of an instance, one partition at a time, so a takeover of many partitions does not pay
 for a new client per partition. :func:`catch_up` reads only through :class:`Changelog`, so these
-rules are unit-tested on an in-memory changelog (``tests/unit/runtime/test_restore_rules.py``).
+rules are unit-tested on an in-memory changelog (``tests/unit/runtime/test_restore_rules.py``);
+an owner reads the sessions topic only through :class:`Sessions` (:class:`SessionsReader` here,
+an in-memory one in ``tests/unit/runtime/test_owner_rules.py``).
 """
 
 from __future__ import annotations
@@ -59,6 +61,22 @@ class Changelog(Protocol):
     ) -> AsyncIterator[list[ChangelogRecord]]:
         """Its committed records from ``start`` to ``end`` in log order, batch by batch."""
         ...
+
+
+class Sessions(Protocol):
+    """What a partition owner reads of the sessions topic: its restore, and the transactions
+    left open on the partitions it writes (``SessionsReader``; an in-memory one in the unit
+    tests)."""
+
+    async def restore(
+        self, partition: int, table: Table, *, cache_max_bytes: int
+    ) -> SessionStore: ...
+
+    async def stable_and_end(
+        self, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, tuple[int, int]]: ...
+
+    async def read_open(self, tp: TopicPartition, start: int, end: int) -> list[OutRecord]: ...
 
 
 class SessionsReader:

@@ -38,7 +38,7 @@ from service.runtime.restore import SessionsReader
 from service.runtime.standby import Standby
 from service.runtime.streams import InstanceStream, PartitionStreams, Streams
 from service.runtime.topics import verify_topics
-from service.runtime.transport import KafkaTransport
+from service.runtime.transport import KafkaInput, KafkaTransport
 from service.runtime.txn_offset_commit import Membership
 from service.runtime.txn_stream import TransactionStream
 from service.settings import GroupSettings, Settings
@@ -120,6 +120,7 @@ class Runtime:
             rebalance_timeout_ms=group.rebalance_timeout_ms,
             max_partition_fetch_bytes=4 * 1024 * 1024,
         )
+        inputs = KafkaInput(consumer)
         sessions = SessionsReader(settings.kafka, settings.topics.sessions, self._ops.metrics)
         scratch = None
         root = settings.sessions.store_dir
@@ -169,7 +170,7 @@ class Runtime:
             store_root=root / group.group_id,
             standby=standby,
             agents=self._agents,
-            consumer=consumer,
+            inputs=inputs,
             inflight=self.inflight,
             faults=faults,
             on_restored=self._restored,
@@ -177,7 +178,7 @@ class Runtime:
             metrics=self._ops.metrics,
         )
         loop = ConsumerLoop(
-            consumer,
+            inputs,
             self._owners,
             self.inflight,
             max_records=settings.runtime.fetch_max_records,

@@ -6,7 +6,10 @@ producer: begin, send records, commit offsets under a group membership, commit o
 transaction at a time, every share with its offsets, a refused share retried alone, a failed
 transaction failing exactly its shares) are tested on an in-memory implementation
 (``tests/support/memory_kafka.py``) with a failure injected at every call, and run on
-:class:`KafkaTransport` in production.
+:class:`KafkaTransport` in production. The fetch side is :class:`InputSource` (the group consumer
+of the input topics: fetch a batch, the assignment, pause and resume, seek, where a partition
+begins), so the consumer loop and the partition owner are unit-tested the same way on an
+in-memory one, and run on :class:`KafkaInput`, a thin wrapper of ``AIOKafkaConsumer``.
 
 Written against aiokafka 0.14.0: its producer sends TxnOffsetCommit version 0 only, which
 carries no membership. :meth:`KafkaTxnProducer.commit_offsets` therefore adds the group to the
@@ -24,7 +27,7 @@ import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import ProducerFenced
 from aiokafka.partitioner import DefaultPartitioner
@@ -34,7 +37,7 @@ from aiokafka.structs import OffsetAndMetadata
 from service.runtime.clients import connection_options, transactional_producer
 from service.runtime.offset_fetch import StableOffsetFetch, fetched_all
 from service.runtime.txn_offset_commit import GroupTxnOffsetCommit, Membership, partition_errors
-from service.runtime.work import OutRecord
+from service.runtime.work import InputRecord, Origin, OutRecord
 from service.settings import KafkaSettings
 
 GROUP_COORDINATOR = 0
@@ -76,7 +79,8 @@ class TxnProducer(Protocol):
         """InitProducerId: fences earlier producers of the id, aborting what they left open."""
 
     async def close(self) -> None:
-        """Stop within a bound; an open transaction is left to the next InitProducerId."""
+        """Stop within a bound and never raise; an open transaction is left to the next
+        InitProducerId."""
 
     async def begin(self) -> None: ...
 
@@ -122,6 +126,81 @@ class Transport(Protocol):
     offsets: GroupOffsets
 
     def producer(self, transactional_id: str) -> TxnProducer: ...
+
+
+class InputSource(Protocol):
+    """The consumer group's member reading the input topics (read_committed), as the consumer
+    loop and the partition owners use it. Only :meth:`fetch` and :meth:`beginning_offsets` do
+    I/O; the rest changes or reads the member's local state and raises only when asked about a
+    partition it is not assigned."""
+
+    async def fetch(
+        self, timeout_ms: int, max_records: int
+    ) -> dict[TopicPartition, list[InputRecord]]:
+        """The next records of the assigned partitions not paused, each partition's in offset
+        order from its position, at most ``max_records`` in all; waits up to ``timeout_ms`` when
+        there are none. Also what keeps the membership alive."""
+
+    def assignment(self) -> set[TopicPartition]: ...
+
+    def paused(self) -> set[TopicPartition]: ...
+
+    def pause(self, *partitions: TopicPartition) -> None: ...
+
+    def resume(self, *partitions: TopicPartition) -> None: ...
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """The next fetch of ``tp`` starts at ``offset``."""
+
+    async def beginning_offsets(
+        self, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, int]: ...
+
+
+class KafkaInput:
+    """:class:`InputSource` over the instance's group consumer."""
+
+    def __init__(self, consumer: AIOKafkaConsumer) -> None:
+        self.consumer = consumer
+
+    async def fetch(
+        self, timeout_ms: int, max_records: int
+    ) -> dict[TopicPartition, list[InputRecord]]:
+        batches = await self.consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+        return {
+            tp: [
+                InputRecord(
+                    origin=Origin(tp.topic, tp.partition, record.offset),
+                    key=record.key,
+                    value=record.value,
+                    headers=list(record.headers),
+                    timestamp_ms=record.timestamp,
+                )
+                for record in records
+            ]
+            for tp, records in batches.items()
+        }
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.consumer.assignment())
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self.consumer.paused())
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        self.consumer.pause(*partitions)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self.consumer.resume(*partitions)
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.consumer.seek(tp, offset)
+
+    async def beginning_offsets(
+        self, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        found = await self.consumer.beginning_offsets(partitions)
+        return {tp: int(offset) for tp, offset in found.items()}
 
 
 class KafkaTxnProducer:

@@ -1,37 +1,139 @@
 """An in-memory Kafka for the runtime's unit tests: the :class:`Transport` the transaction stream
-uses and the :class:`Changelog` a restore reads, with the broker's rules they rest on, and a
-failure injectable at every call.
+uses, the :class:`InputSource` the consumer loop and the partition owners fetch from, the
+:class:`Sessions` an owner restores from, and the :class:`Changelog` a restore reads, with the
+broker's rules they rest on, and a failure injectable at every call.
+
+Every injected failure that fires is recorded in :data:`INJECTED` with the test module it fired
+in, so a module can prove that its tests failed each call of the protocols it covers
+(:func:`assert_every_call_failed`): a protocol call without an injection point here, or without
+a test injecting a failure at it, fails that proof.
 
 What it models: logs of records per partition, each record committed, aborted or still open in
 its producer's transaction; transactional ids with a producer epoch (InitProducerId aborts what
 the previous epoch left open and fences it); a consumer group with a generation and members, and
 its committed offsets with their metadata, which a transaction's offset commit only moves when
-the transaction commits, and which are unstable while one is open; records the broker refuses
-for good (a topic whose records are too large). What it does not: partitions added to a
-transaction one by one, markers written late, timeouts on the broker's side.
+the transaction commits, and which are unstable while one is open; markers per producer id (an
+ABORT or COMMIT marker ends every batch its transactional id left open on the partition);
+records the broker refuses for good (a topic whose records are too large); read_committed
+readers that stop at a partition's first open batch. What it does not: partitions added to a
+transaction one by one, markers written late, timeouts on the broker's side, fetch sessions.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import os
 import zlib
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import pytest
 from aiokafka import TopicPartition
-from aiokafka.errors import MessageSizeTooLargeError, ProducerFenced
+from aiokafka.errors import IllegalStateError, MessageSizeTooLargeError, ProducerFenced
 from aiokafka.structs import OffsetAndMetadata
 
 from service.runtime.offset_fetch import UNSTABLE_OFFSET_COMMIT
-from service.runtime.restore import ChangelogRecord
-from service.runtime.transport import Delivery, GroupFencedError, TxnProducer
+from service.runtime.restore import ChangelogRecord, catch_up
+from service.runtime.transport import Delivery, GroupFencedError, GroupOffsets, TxnProducer
 from service.runtime.txn_offset_commit import Membership
-from service.runtime.work import OutRecord
-from service.sessions.store import event_seq_header
+from service.runtime.work import InputRecord, Origin, OutRecord
+from service.sessions.store import SessionStore, event_seq_header
+from service.sessions.table import Table
 
-CALLS = ("start", "begin", "send", "delivery", "offsets", "commit", "abort", "fetch")
-"""Every call a failure can be injected at (``delivery``: the broker refuses a sent batch)."""
+CALLS = (
+    "start",
+    "begin",
+    "partition_of",
+    "send",
+    "delivery",
+    "offsets",
+    "commit",
+    "abort",
+    "fetch",
+)
+"""Every call of the transport a failure can be injected at (``delivery``: the broker refuses a
+sent batch; ``fetch``: the group's offsets)."""
+INPUT_CALLS = (
+    "input.fetch",
+    "input.assignment",
+    "input.paused",
+    "input.pause",
+    "input.resume",
+    "input.seek",
+    "input.beginning_offsets",
+)
+SESSIONS_CALLS = ("sessions.restore", "sessions.stable_and_end", "sessions.read_open")
+CHANGELOG_CALLS = ("bounds", "batch")
+
+INJECTION_POINTS: dict[str, tuple[str, ...]] = {
+    "TxnProducer.start": ("start",),
+    "TxnProducer.begin": ("begin",),
+    "TxnProducer.partition_of": ("partition_of",),
+    "TxnProducer.send": ("send", "delivery"),
+    "TxnProducer.commit_offsets": ("offsets",),
+    "TxnProducer.commit": ("commit",),
+    "TxnProducer.abort": ("abort",),
+    "GroupOffsets.fetch": ("fetch",),
+    **{f"InputSource.{call.removeprefix('input.')}": (call,) for call in INPUT_CALLS},
+    **{f"Sessions.{call.removeprefix('sessions.')}": (call,) for call in SESSIONS_CALLS},
+    "Changelog.bounds": ("bounds",),
+    "Changelog.read": ("batch",),
+}
+"""Where the in-memory Kafka injects a failure for each call of the runtime's Kafka protocols."""
+NO_FAILURE: dict[str, str] = {
+    "TxnProducer.close": "never raises (a bounded stop; what it leaves open, fencing ends)",
+    "GroupOffsets.start": "called by the runtime once before it joins; a failure stops it",
+    "GroupOffsets.close": "called by the runtime as it ends, errors suppressed",
+    "Transport.producer": "makes a producer object, no I/O",
+}
+"""Protocol calls with no failure to inject, and why."""
+
+INJECTED: set[tuple[str, str]] = set()
+"""(test module file, call) of every injected failure that fired."""
+
+
+def _injected(call: str) -> None:
+    current = os.environ.get("PYTEST_CURRENT_TEST", "")
+    INJECTED.add((current.split("::", 1)[0], call))
+
+
+def protocol_calls(*protocols: type) -> list[str]:
+    """``Protocol.method`` of every public method the protocols declare."""
+    return [
+        f"{protocol.__name__}.{name}"
+        for protocol in protocols
+        for name, member in vars(protocol).items()
+        if not name.startswith("_") and inspect.isfunction(member)
+    ]
+
+
+def assert_every_call_failed(
+    request: pytest.FixtureRequest, *protocols: type, elsewhere: Mapping[str, str] | None = None
+) -> None:
+    """Every call of ``protocols`` had an injected failure fire in this test module's tests,
+    but those ``elsewhere`` names (call: the module that covers it, as the component under test
+    never makes it).
+
+    Run as the module's last test: it skips when the module's other tests did not all run
+    before it (a selection of them), since it proves what they did."""
+    module = request.module
+    defined = {name for name, value in vars(module).items() if name.startswith("test_")}
+    collected = [item for item in request.session.items if getattr(item, "module", None) is module]
+    names = {getattr(item, "originalname", item.name) for item in collected}
+    if names != defined or collected[-1] is not request.node:
+        pytest.skip("proves what the whole module's tests did: run the whole module")
+    path = request.node.nodeid.split("::", 1)[0]
+    fired = {call for where, call in INJECTED if where == path}
+    missing: list[str] = []
+    for name in protocol_calls(*protocols):
+        if name in NO_FAILURE or name in (elsewhere or {}):
+            continue
+        points = INJECTION_POINTS.get(name)
+        assert points is not None, f"{name} has no failure injection point in memory_kafka"
+        missing.extend(f"{name} ({point})" for point in points if point not in fired)
+    assert not missing, f"no test of this module injected a failure at: {missing}"
 
 
 @dataclass
@@ -46,6 +148,7 @@ class Entry:
 class Txn:
     epoch: int
     entries: list[Entry] = field(default_factory=list)
+    partitions: set[tuple[str, int]] = field(default_factory=set)
     offsets: dict[TopicPartition, OffsetAndMetadata] = field(default_factory=dict)
 
 
@@ -62,23 +165,28 @@ class MemoryKafka:
         """Topics whose every record the broker refuses for good."""
         self.calls: list[tuple[str, str]] = []
         """(transactional id or ``group``, call) in the order they were made."""
-        self._failures: dict[str, list[BaseException]] = defaultdict(list)
+        self._failures: dict[str, dict[int, BaseException]] = defaultdict(dict)
+        self._counts: dict[str, int] = defaultdict(int)
         self._hangs: dict[str, asyncio.Event] = {}
-        self.offsets = MemoryGroupOffsets(self)
+        self.fired: list[tuple[int, str]] = []
+        """(position in ``calls``, call) of every injected failure that fired."""
+        self.offsets: GroupOffsets = MemoryGroupOffsets(self)
 
     # the transport
     def producer(self, transactional_id: str) -> TxnProducer:
         return MemoryProducer(self, transactional_id)
 
     # what a test arranges
-    def fail(self, call: str, error: BaseException, times: int = 1) -> None:
-        """The next ``times`` calls of ``call`` raise ``error``."""
-        assert call in CALLS, call
-        self._failures[call].extend([error] * times)
+    def fail(self, call: str, error: BaseException, times: int = 1, *, after: int = 0) -> None:
+        """``times`` calls of ``call`` raise ``error``, once ``after`` more went through."""
+        assert call in CALLS + INPUT_CALLS + SESSIONS_CALLS, call
+        first = self._counts[call] + after + 1
+        for number in range(first, first + times):
+            self._failures[call][number] = error
 
     def hang(self, call: str) -> asyncio.Event:
         """The next call of ``call`` waits until the returned event is set."""
-        assert call in CALLS, call
+        assert call in CALLS + INPUT_CALLS + SESSIONS_CALLS, call
         gate = self._hangs[call] = asyncio.Event()
         return gate
 
@@ -105,14 +213,49 @@ class MemoryKafka:
         return sum(1 for entries in self.logs.values() for e in entries if e.state == "open")
 
     # the broker's side
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]] = (),
+    ) -> int:
+        """A record a client produced without a transaction (a command); returns its offset."""
+        log = self.logs[(topic, partition)]
+        record = OutRecord(topic, key, value, list(headers), partition)
+        log.append(Entry(record, "client", "committed"))
+        return len(log) - 1
+
+    def stable_end(self, topic: str, partition: int) -> int:
+        """The last stable offset: where read_committed readers stop (the first open batch)."""
+        log = self.logs[(topic, partition)]
+        for offset, entry in enumerate(log):
+            if entry.state == "open":
+                return offset
+        return len(log)
+
     async def enter(self, owner: str, call: str) -> None:
-        self.calls.append((owner, call))
         gate = self._hangs.pop(call, None)
         if gate is not None:
+            self.calls.append((owner, call))
             await gate.wait()
-        failures = self._failures.get(call)
-        if failures:
-            raise failures.pop(0)
+            self._count(call)
+            return
+        self.enter_now(owner, call)
+
+    def enter_now(self, owner: str, call: str) -> None:
+        """A call that cannot hang (one that changes only the client's state)."""
+        self.calls.append((owner, call))
+        self._count(call)
+
+    def _count(self, call: str) -> None:
+        self._counts[call] += 1
+        error = self._failures[call].pop(self._counts[call], None)
+        if error is not None:
+            self.fired.append((len(self.calls) - 1, call))
+            _injected(call)
+            raise error
 
     def init_producer(self, transactional_id: str) -> int:
         txn = self.open.pop(transactional_id, None)
@@ -133,8 +276,14 @@ class MemoryKafka:
             self._end(txn, committed=committed)
 
     def _end(self, txn: Txn, *, committed: bool) -> None:
+        state = "committed" if committed else "aborted"
         for entry in txn.entries:
-            entry.state = "committed" if committed else "aborted"
+            entry.state = state
+        producers = {entry.producer for entry in txn.entries}
+        for key in txn.partitions:
+            for entry in self.logs[key]:
+                if entry.state == "open" and entry.producer in producers:
+                    entry.state = state
         if committed:
             for tp, offset in txn.offsets.items():
                 self.committed[tp] = (offset.offset, offset.metadata)
@@ -160,6 +309,7 @@ class MemoryProducer:
         self.kafka.open[self.transactional_id] = Txn(self.epoch)
 
     async def partition_of(self, topic: str, key: bytes | None) -> int:
+        await self.kafka.enter(self.transactional_id, "partition_of")
         return zlib.crc32(key or b"") % self.kafka.partitions
 
     async def send(
@@ -179,6 +329,7 @@ class MemoryProducer:
             delivered.set_exception(MessageSizeTooLargeError())
             return [(delivered, len(records))]
         log = kafka.logs[(topic, partition)]
+        txn.partitions.add((topic, partition))
         delivered.set_result(len(log))
         for record in records:
             entry = Entry(record, self.transactional_id)
@@ -271,6 +422,7 @@ class MemoryChangelog:
         self._calls[call] += 1
         error = self._failures[call].pop(self._calls[call], None)
         if error is not None:
+            _injected(call)
             raise error
 
     async def bounds(self, tp: TopicPartition) -> tuple[int, int]:
@@ -286,3 +438,155 @@ class MemoryChangelog:
         for first in range(0, len(wanted), self.batch):
             self._enter("batch")
             yield wanted[first : first + self.batch]
+
+
+_IDLE_FETCH_S = 0.002
+"""How long an empty fetch waits (a broker's long poll, shortened for the unit tests)."""
+
+
+class MemoryInput:
+    """The group consumer of the input topics over the in-memory logs: an assignment, a
+    position per partition (the committed offset on assignment, else the log's start), pause
+    and resume, seek; a fetch returns each unpaused partition's committed records from its
+    position up to its first open batch (read_committed), skipping aborted ones. Pausing,
+    resuming or seeking a partition not assigned raises, as aiokafka does."""
+
+    def __init__(self, kafka: MemoryKafka) -> None:
+        self.kafka = kafka
+        self.positions: dict[TopicPartition, int] = {}
+        self._assigned: set[TopicPartition] = set()
+        self._paused: set[TopicPartition] = set()
+        self.fetches = 0
+        self.fetched_while_paused = 0
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """What a rebalance gives this member."""
+        self._assigned = set(partitions)
+        self._paused &= self._assigned
+        for tp in self._assigned:
+            committed = self.kafka.committed.get(tp)
+            self.positions[tp] = committed[0] if committed else 0
+
+    async def fetch(
+        self, timeout_ms: int, max_records: int
+    ) -> dict[TopicPartition, list[InputRecord]]:
+        await self.kafka.enter("input", "input.fetch")
+        self.fetches += 1
+        if self._paused:
+            self.fetched_while_paused += 1
+        batches = self._take(max_records)
+        if not batches:
+            await asyncio.sleep(min(timeout_ms / 1000, _IDLE_FETCH_S))
+        return batches
+
+    def _take(self, max_records: int) -> dict[TopicPartition, list[InputRecord]]:
+        batches: dict[TopicPartition, list[InputRecord]] = {}
+        room = max_records
+        for tp in sorted(self._assigned - self._paused):
+            log = self.kafka.logs[(tp.topic, tp.partition)]
+            end = self.kafka.stable_end(tp.topic, tp.partition)
+            offset = self.positions[tp]
+            taken: list[InputRecord] = []
+            while offset < end and room:
+                entry = log[offset]
+                if entry.state == "committed":
+                    record = entry.record
+                    origin = Origin(tp.topic, tp.partition, offset)
+                    taken.append(
+                        InputRecord(origin, record.key, record.value, list(record.headers), offset)
+                    )
+                    room -= 1
+                offset += 1
+            self.positions[tp] = offset
+            if taken:
+                batches[tp] = taken
+        return batches
+
+    def assignment(self) -> set[TopicPartition]:
+        self.kafka.enter_now("input", "input.assignment")
+        return set(self._assigned)
+
+    def paused(self) -> set[TopicPartition]:
+        self.kafka.enter_now("input", "input.paused")
+        return set(self._paused)
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        self.kafka.enter_now("input", "input.pause")
+        self._paused |= set(self._assigned_only(partitions))
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self.kafka.enter_now("input", "input.resume")
+        self._paused -= set(self._assigned_only(partitions))
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.kafka.enter_now("input", "input.seek")
+        self.positions[self._assigned_only([tp])[0]] = offset
+
+    async def beginning_offsets(
+        self, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        await self.kafka.enter("input", "input.beginning_offsets")
+        return dict.fromkeys(partitions, 0)
+
+    def _assigned_only(self, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
+        partitions = list(partitions)
+        for tp in partitions:
+            if tp not in self._assigned:
+                raise IllegalStateError(f"no current assignment for partition {tp}")
+        return partitions
+
+
+class MemorySessions:
+    """The owner's reader of the sessions topic over the in-memory logs: a restore reads the
+    committed records of the partition's sessions log (through :func:`catch_up`), and the
+    partitions written are looked at read_committed and read_uncommitted."""
+
+    def __init__(self, kafka: MemoryKafka, topic: str) -> None:
+        self.kafka = kafka
+        self.topic = topic
+        self.restores: list[int] = []
+
+    async def restore(self, partition: int, table: Table, *, cache_max_bytes: int) -> SessionStore:
+        await self.kafka.enter("sessions", "sessions.restore")
+        await catch_up(_LogChangelog(self.kafka), self.topic, partition, table)
+        self.restores.append(partition)
+        return SessionStore(table, cache_max_bytes=cache_max_bytes)
+
+    async def stable_and_end(
+        self, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        await self.kafka.enter("sessions", "sessions.stable_and_end")
+        return {
+            tp: (
+                self.kafka.stable_end(tp.topic, tp.partition),
+                len(self.kafka.logs[(tp.topic, tp.partition)]),
+            )
+            for tp in partitions
+        }
+
+    async def read_open(self, tp: TopicPartition, start: int, end: int) -> list[OutRecord]:
+        await self.kafka.enter("sessions", "sessions.read_open")
+        return [
+            OutRecord(tp.topic, e.record.key, e.record.value, list(e.record.headers), tp.partition)
+            for e in self.kafka.logs[(tp.topic, tp.partition)][start:end]
+        ]
+
+
+class _LogChangelog:
+    def __init__(self, kafka: MemoryKafka) -> None:
+        self.kafka = kafka
+
+    async def bounds(self, tp: TopicPartition) -> tuple[int, int]:
+        return 0, self.kafka.stable_end(tp.topic, tp.partition)
+
+    async def read(
+        self, tp: TopicPartition, start: int, end: int
+    ) -> AsyncIterator[list[ChangelogRecord]]:
+        log = self.kafka.logs[(tp.topic, tp.partition)]
+        found = [
+            ChangelogRecord(offset, e.record.key, e.record.value, list(e.record.headers), offset)
+            for offset, e in enumerate(log[start:end], start)
+            if e.state == "committed"
+        ]
+        if found:
+            yield found

@@ -8,9 +8,9 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaConnectionError
 
-from service.runtime.restore import catch_up
+from service.runtime.restore import Changelog, catch_up
 from service.sessions.table import MemoryTable
-from tests.support.memory_kafka import MemoryChangelog
+from tests.support.memory_kafka import MemoryChangelog, assert_every_call_failed
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -91,3 +91,7 @@ async def test_a_read_failing_midway_keeps_what_was_applied_and_the_next_restore
     assert changelog.reads[-1] == (8, 12)
     assert table.position == 12
     assert table.get(b"s11") == (b"v11", 0)
+
+
+def test_every_call_of_the_changelog_failed_in_a_test_above(request: pytest.FixtureRequest) -> None:
+    assert_every_call_failed(request, Changelog)

@@ -1,0 +1,510 @@
+"""The partition owner on the in-memory Kafka, with the real consumer loop, transaction stream,
+committer, command path and engine: its start sequence (stable offsets, fencing the writer they
+name, open transactions ended, seek, restore, claim), its offset bookkeeping, its exits (fenced,
+failed, stopped with a grace period and a last commit), and a failure injected at every call it
+makes of Kafka, each ending in the documented exit with nothing committed that was not done and
+no command lost: a re-created owner answers every command exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaConnectionError, ProducerFenced
+from aiokafka.structs import OffsetAndMetadata
+
+from service.agent.definition import AgentDefinition
+from service.agent.provider import ModelChunk, ModelRequest
+from service.runtime import partition_owner, transactions
+from service.runtime.consumer_loop import ConsumerLoop
+from service.runtime.faults import FaultPoints
+from service.runtime.partition_owner import InFlight, OwnerContext, OwnerExit, PartitionOwner
+from service.runtime.restore import Sessions
+from service.runtime.streams import InstanceStream
+from service.runtime.transport import (
+    GroupFencedError,
+    GroupOffsets,
+    InputSource,
+    Transport,
+    TxnProducer,
+)
+from service.runtime.txn_stream import TransactionStream
+from service.runtime.work import InputRecord, Origin, OutRecord
+from service.settings import Settings
+from tests.support.agents import CycleModel
+from tests.support.memory_kafka import (
+    Entry,
+    MemoryInput,
+    MemoryKafka,
+    MemorySessions,
+    assert_every_call_failed,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+SETTINGS = Settings()
+TOPICS = SETTINGS.topics
+GROUP = SETTINGS.group.group_id
+OURS, OLD = f"{GROUP}-a", f"{GROUP}-old"
+COMMANDS_0 = TopicPartition(TOPICS.commands, 0)
+CONTROL_0 = TopicPartition(TOPICS.control, 0)
+
+
+class GatedModel(CycleModel):
+    """Answers once ``gate`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.gate = asyncio.Event()
+        self.waiting = 0
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        self.waiting += 1
+        await self.gate.wait()
+        async for chunk in super().stream(request):
+            yield chunk
+
+
+@pytest.fixture(autouse=True)
+def short_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The waits for stable offsets and open transactions, shortened (their length is a broker
+    matter; what is tested is what happens after them)."""
+    monkeypatch.setattr(partition_owner, "SETTLE_S", 0.02)
+    monkeypatch.setattr(partition_owner, "_STABLE_POLL_S", 0.002)
+    monkeypatch.setattr(transactions, "_POLL_S", 0.002)
+
+
+class Instance:
+    """One instance on the in-memory Kafka: its input, its stream, its loop, and owners made on
+    demand (as the runtime makes them) for partition 0."""
+
+    def __init__(self, kafka: MemoryKafka, root: Path) -> None:
+        self.kafka = kafka
+        self.gated = GatedModel()
+        runtime = SETTINGS.runtime.model_copy(
+            update={"transaction_timeout_ms": 3_000, "commit_timeout_s": 2.0}
+        )
+        self.settings = SETTINGS.model_copy(update={"runtime": runtime})
+        self.input = MemoryInput(kafka)
+        self.input.assign([COMMANDS_0, CONTROL_0])
+        self.sessions = MemorySessions(kafka, TOPICS.sessions)
+        self.stream = TransactionStream(
+            transport=kafka,
+            transactional_id=OURS,
+            group_id=GROUP,
+            sessions_topic=TOPICS.sessions,
+            membership=kafka.membership,
+            timeout_s=2.0,
+            faults=FaultPoints(self.settings.faults),
+        )
+        self.inflight = InFlight(1_000)
+        self.ctx = OwnerContext(
+            settings=self.settings,
+            agents={
+                "simple": AgentDefinition(name="simple", model=CycleModel(0)),
+                "gated": AgentDefinition(name="gated", model=self.gated),
+            },
+            inputs=self.input,
+            streams=InstanceStream(self.stream),
+            inflight=self.inflight,
+            faults=FaultPoints(self.settings.faults),
+            on_restored=lambda partition: None,
+            sessions=self.sessions,
+            store_root=root,
+        )
+        self.owners: dict[int, PartitionOwner] = {}
+        self.loop = ConsumerLoop(self.input, self.owners, self.inflight, max_records=50)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def __aenter__(self) -> Instance:
+        await self.stream.start()
+        self._tasks = [
+            asyncio.create_task(self.stream.run()),
+            asyncio.create_task(self.loop.run()),
+        ]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.loop.stop()
+        for task in self._tasks:
+            if task is not self._tasks[1]:
+                task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.stream.close()
+
+    def owner(self) -> tuple[PartitionOwner, asyncio.Task[OwnerExit]]:
+        owner = self.owners[0] = PartitionOwner(0, self.ctx)
+        return owner, asyncio.create_task(owner.run())
+
+    async def stop(
+        self, owner: PartitionOwner, task: asyncio.Task[OwnerExit], grace_s: float = 1.0
+    ) -> OwnerExit:
+        owner.request_stop(grace_s)
+        async with asyncio.timeout(10):
+            exit_ = await task
+        self.owners.pop(0, None)
+        assert self.inflight.count == 0, "what the owner took and did not finish is released"
+        return exit_
+
+
+def command(index: int, *, agent: str = "simple", sessions: int = 2) -> dict[str, Any]:
+    return {
+        "type": "invoke",
+        "schema_version": 1,
+        "command_id": f"c{index}",
+        "session_id": f"s{index % sessions}",
+        "agent": agent,
+        "prompt": "hi",
+    }
+
+
+def put(kafka: MemoryKafka, *bodies: dict[str, Any]) -> None:
+    for body in bodies:
+        kafka.append(TOPICS.commands, 0, body["session_id"].encode(), orjson.dumps(body))
+
+
+def answered(kafka: MemoryKafka) -> Counter[str]:
+    """Visible results by command id."""
+    return Counter(
+        orjson.loads(value)["command_id"]
+        for value in kafka.visible(TOPICS.results)
+        if value is not None
+    )
+
+
+def committed(kafka: MemoryKafka) -> int:
+    return kafka.committed.get(COMMANDS_0, (-1, ""))[0]
+
+
+async def until(condition: Callable[[], bool], what: str, timeout: float = 10) -> None:
+    try:
+        async with asyncio.timeout(timeout):
+            while not condition():
+                await asyncio.sleep(0.002)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}") from None
+
+
+def first(kafka: MemoryKafka, owner: str, call: str) -> int:
+    return kafka.calls.index((owner, call))
+
+
+async def test_a_new_owner_seeks_restores_and_claims_before_any_work(tmp_path: Path) -> None:
+    kafka = MemoryKafka()
+    put(kafka, *(command(i) for i in range(3)))
+    async with Instance(kafka, tmp_path) as instance:
+        owner, task = instance.owner()
+        await until(lambda: committed(kafka) == 3, "every command committed")
+        assert await instance.stop(owner, task) is OwnerExit.STOPPED
+    assert answered(kafka) == Counter({"c0": 1, "c1": 1, "c2": 1})
+    stable = first(kafka, "group", "fetch")
+    assert stable < first(kafka, "sessions", "sessions.stable_and_end")
+    assert first(kafka, "sessions", "sessions.stable_and_end") < first(kafka, "input", "input.seek")
+    assert first(kafka, "input", "input.seek") < first(kafka, "sessions", "sessions.restore")
+    claim = first(kafka, OURS, "commit")
+    assert first(kafka, "sessions", "sessions.restore") < claim < first(kafka, OURS, "send")
+    # Nothing committed before: the offsets start where the topics begin, and name our producer.
+    assert kafka.committed == {COMMANDS_0: (3, OURS), CONTROL_0: (0, OURS)}
+
+
+async def test_a_new_owner_starts_from_the_committed_offsets_not_from_where_fetching_was(
+    tmp_path: Path,
+) -> None:
+    kafka = MemoryKafka()
+    put(kafka, *(command(i) for i in range(4)))
+    kafka.committed[COMMANDS_0] = (2, OLD)
+    async with Instance(kafka, tmp_path) as instance:
+        instance.input.positions[COMMANDS_0] = 0  # fetched from the start before the owner
+        owner, task = instance.owner()
+        await until(lambda: committed(kafka) == 4, "the commands after the committed offset")
+        assert await instance.stop(owner, task) is OwnerExit.STOPPED
+    assert answered(kafka) == Counter({"c2": 1, "c3": 1})
+
+
+async def old_owner(kafka: MemoryKafka) -> None:
+    """The partition's previous owner: it answered c0 and c1 and committed their offsets, then
+    died with a transaction open (c2's answer, offsets to 3) and a batch of events whose
+    transaction marker was lost (open on a partition, in no transaction)."""
+    producer = kafka.producer(OLD)
+    await producer.start()
+    for offset, records in ((2, [b"c0", b"c1"]), (3, [b"c2"])):
+        await producer.begin()
+        results = [
+            OutRecord(TOPICS.results, b"s", orjson.dumps({"command_id": c.decode()}), partition=0)
+            for c in records
+        ]
+        await producer.send(TOPICS.results, 0, results)
+        await producer.commit_offsets(
+            GROUP, kafka.membership(), {COMMANDS_0: OffsetAndMetadata(offset, OLD)}
+        )
+        if offset == 2:
+            await producer.commit()
+    stray = OutRecord(TOPICS.events, b"s0", b"stray", partition=0)
+    kafka.logs[(TOPICS.events, 0)].append(Entry(stray, OLD))
+
+
+async def test_a_takeover_fences_the_writer_the_offsets_name_and_ends_what_it_left_open(
+    tmp_path: Path,
+) -> None:
+    kafka = MemoryKafka()
+    put(kafka, *(command(i) for i in range(5)))
+    await old_owner(kafka)
+    async with Instance(kafka, tmp_path) as instance:
+        owner, task = instance.owner()
+        await until(lambda: committed(kafka) == 5, "the commands after the stable offsets")
+        assert await instance.stop(owner, task) is OwnerExit.STOPPED
+    assert kafka.epochs[OLD] == 2  # fenced while its transaction was open, then to abort as it
+    assert answered(kafka) == Counter({f"c{i}": 1 for i in range(5)})  # c2's open answer aborted
+    assert b"stray" not in kafka.visible(TOPICS.events)
+    assert kafka.open_entries() == 0
+    fenced = kafka.calls.index((OLD, "start"), 1)
+    assert fenced < first(kafka, "input", "input.seek")
+    assert first(kafka, "sessions", "sessions.read_open") < first(kafka, OLD, "abort")
+    assert first(kafka, OLD, "abort") < first(kafka, "sessions", "sessions.restore")
+
+
+async def test_a_transaction_that_ends_within_the_settle_time_is_waited_for_not_fenced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(partition_owner, "SETTLE_S", 5.0)
+    kafka = MemoryKafka()
+    put(kafka, *(command(i) for i in range(5)))
+    await old_owner(kafka)
+    kafka.logs[(TOPICS.events, 0)].clear()  # no batch left open outside the transaction
+    async with Instance(kafka, tmp_path) as instance:
+        owner, task = instance.owner()
+        await until(lambda: kafka.calls.count(("group", "fetch")) >= 3, "the wait for stability")
+        assert committed(kafka) == 2
+        kafka.end(OLD, 0, committed=True)  # the live previous owner's commit lands
+        await until(lambda: committed(kafka) == 5, "the commands after c2")
+        assert await instance.stop(owner, task) is OwnerExit.STOPPED
+    assert kafka.epochs[OLD] == 0  # never fenced
+    # c2 was answered by the previous owner's transaction: the new owner starts after it.
+    assert answered(kafka) == Counter({f"c{i}": 1 for i in range(5)})
+    assert (OLD, "start") not in kafka.calls[1:]
+
+
+async def test_offsets_unstable_past_the_transaction_timeout_fail_the_owner(
+    tmp_path: Path,
+) -> None:
+    """A transaction the offsets do not name (no offsets committed yet) holds them: nobody to
+    fence, so the owner waits out the transaction timeout and fails, having run nothing."""
+    kafka = MemoryKafka()
+    put(kafka, command(0))
+    holder = kafka.producer(f"{GROUP}-unnamed")
+    await holder.start()
+    await holder.begin()
+    offsets = {COMMANDS_0: OffsetAndMetadata(1, "")}
+    await holder.commit_offsets(GROUP, kafka.membership(), offsets)
+    async with Instance(kafka, tmp_path) as instance:
+        runtime = instance.settings.runtime.model_copy(
+            update={"transaction_timeout_ms": 100, "commit_timeout_s": 0.1}
+        )
+        instance.ctx.settings = instance.settings.model_copy(update={"runtime": runtime})
+        owner, task = instance.owner()
+        async with asyncio.timeout(10):
+            assert await task is OwnerExit.FAILED
+        assert "stayed unstable" in str(owner.error)
+    assert (f"{GROUP}-unnamed", "start") not in kafka.calls[1:]
+    assert kafka.committed == {} and answered(kafka) == Counter()
+    assert ("input", "input.seek") not in kafka.calls
+
+
+async def test_records_below_the_start_and_records_fetched_again_are_taken_once(
+    tmp_path: Path,
+) -> None:
+    kafka = MemoryKafka()
+    put(kafka, *(command(i) for i in range(5)))
+    kafka.committed[COMMANDS_0] = (2, OLD)
+    async with Instance(kafka, tmp_path) as instance:
+        owner, task = instance.owner()
+        await until(lambda: committed(kafka) == 5, "the commands after the start")
+        for offset in (0, 1, 3, 4):  # below the start, then fetched again after a seek
+            body = command(offset)
+            owner.accept(
+                InputRecord(
+                    Origin(TOPICS.commands, 0, offset),
+                    body["session_id"].encode(),
+                    orjson.dumps(body),
+                    [],
+                    0,
+                )
+            )
+        assert instance.inflight.count == 0
+        put(kafka, command(5))
+        await until(lambda: committed(kafka) == 6, "the next command")
+        assert await instance.stop(owner, task) is OwnerExit.STOPPED
+    assert answered(kafka) == Counter({f"c{i}": 1 for i in range(2, 6)})
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        ("offsets", GroupFencedError("ILLEGAL_GENERATION")),
+        ("commit", ProducerFenced()),
+    ],
+    ids=["group", "producer"],
+)
+async def test_a_fenced_owner_exits_fenced_with_nothing_of_its_work_committed(
+    tmp_path: Path, call: str, error: Exception
+) -> None:
+    kafka = MemoryKafka()
+    put(kafka, command(0))
+    async with Instance(kafka, tmp_path) as instance:
+        owner, task = instance.owner()
+        await until(lambda: committed(kafka) == 1, "the first command")
+        kafka.fail(call, error)
+        put(kafka, command(1))
+        async with asyncio.timeout(10):
+            assert await task is OwnerExit.FENCED
+        instance.owners.pop(0)
+        assert answered(kafka) == Counter({"c0": 1})
+        assert committed(kafka) == 1
+        assert instance.inflight.count == 0
+        owner, task = instance.owner()  # the group gave the partition back
+        await until(lambda: committed(kafka) == 2, "the command again")
+        assert await instance.stop(owner, task) is OwnerExit.STOPPED
+    assert answered(kafka) == Counter({"c0": 1, "c1": 1})
+
+
+async def test_a_stop_gives_running_steps_the_grace_period_and_moves_the_offsets(
+    tmp_path: Path,
+) -> None:
+    kafka = MemoryKafka()
+    put(kafka, command(0, sessions=3), command(1, sessions=3))
+    put(kafka, command(2, agent="gated", sessions=3), command(3, sessions=3))
+    async with Instance(kafka, tmp_path) as instance:
+        owner, task = instance.owner()
+        await until(lambda: answered(kafka)["c3"] == 1 and instance.gated.waiting == 1, "c3")
+        owner.request_stop(0.05)
+        put(kafka, command(4, sessions=3))  # after the stop request: not started
+        async with asyncio.timeout(10):
+            assert await task is OwnerExit.STOPPED
+        instance.owners.pop(0)
+        assert instance.inflight.count == 0
+        # c2 was abandoned: the last commit moved the offsets up to it, not past it.
+        assert committed(kafka) == 2
+        assert answered(kafka) == Counter({"c0": 1, "c1": 1, "c3": 1})
+        instance.gated.gate.set()
+        owner, task = instance.owner()
+        await until(lambda: committed(kafka) == 5, "the rest, by the next owner")
+        assert await instance.stop(owner, task) is OwnerExit.STOPPED
+    # c3 was answered before: the next owner reads it again and skips it.
+    assert answered(kafka) == Counter({f"c{i}": 1 for i in range(5)})
+
+
+async def test_a_stop_whose_steps_finish_within_the_grace_period_commits_them(
+    tmp_path: Path,
+) -> None:
+    kafka = MemoryKafka()
+    put(kafka, command(0, agent="gated"), command(1))
+    async with Instance(kafka, tmp_path) as instance:
+        owner, task = instance.owner()
+        await until(lambda: instance.gated.waiting == 1 and answered(kafka)["c1"] == 1, "c1")
+        owner.request_stop(5.0)
+        instance.gated.gate.set()
+        async with asyncio.timeout(10):
+            assert await task is OwnerExit.STOPPED
+    assert committed(kafka) == 2
+    assert answered(kafka) == Counter({"c0": 1, "c1": 1})
+
+
+OWNER_CALLS = (
+    "fetch",
+    "start",
+    "begin",
+    "partition_of",
+    "send",
+    "delivery",
+    "offsets",
+    "commit",
+    "abort",
+    "input.seek",
+    "input.beginning_offsets",
+    "sessions.stable_and_end",
+    "sessions.read_open",
+    "sessions.restore",
+)
+"""Every call an owner makes of Kafka, itself or through its stream's transactions."""
+LOOP_CALLS = {"input.fetch", "input.assignment", "input.paused", "input.pause", "input.resume"}
+
+
+async def takeover(kafka: MemoryKafka, root: Path, fail_at: tuple[str, int] | None) -> Any:
+    """The takeover scenario with a failure at the ``n``-th call of ``call`` (counted from the
+    new owner's start); returns the calls the first owner made, its exit, and whether the
+    failure fired before its stop was requested."""
+    put(kafka, *(command(i) for i in range(6)))
+    await old_owner(kafka)
+    async with Instance(kafka, root) as instance:
+        start = len(kafka.calls)
+        if fail_at is not None:
+            call, nth = fail_at
+            kafka.fail(call, KafkaConnectionError(f"{call} #{nth} failed"), after=nth)
+        owner, task = instance.owner()
+        await until(lambda: task.done() or committed(kafka) == 6, "the owner's end or its work")
+        stop_at = len(kafka.calls)
+        exit_ = await instance.stop(owner, task)
+        calls = [c for _, c in kafka.calls[start:] if c not in LOOP_CALLS]
+        fired = [position for position, _ in kafka.fired]
+        # Never a commit of work not done: every command below the committed offset is answered
+        # (once), and nothing is answered twice.
+        done = answered(kafka)
+        assert all(count == 1 for count in done.values()), done
+        assert {f"c{i}" for i in range(committed(kafka))} <= set(done)
+        if fired:
+            # A re-created owner: every command answered, exactly once.
+            owner, task = instance.owner()
+            await until(lambda: committed(kafka) == 6, "the re-created owner's work")
+            assert await instance.stop(owner, task) is OwnerExit.STOPPED
+            assert answered(kafka) == Counter({f"c{i}": 1 for i in range(6)})
+            assert b"stray" not in kafka.visible(TOPICS.events)
+    return calls, exit_, bool(fired) and fired[0] < stop_at, bool(fired)
+
+
+BASELINE: list[str] = []
+"""The calls of the first owner in the takeover scenario without a failure (run once)."""
+
+
+@pytest.mark.parametrize("call", OWNER_CALLS)
+async def test_a_failure_at_any_call_of_the_owner_fails_it_and_loses_nothing(
+    tmp_path: Path, call: str
+) -> None:
+    if not BASELINE:
+        calls, exit_, _, _ = await takeover(MemoryKafka(), tmp_path / "baseline", None)
+        assert exit_ is OwnerExit.STOPPED
+        BASELINE.extend(calls)
+    calls = BASELINE
+    assert set(calls) <= set(OWNER_CALLS), "a call of the owner's is not tested here"
+    occurrences = calls.count(call)
+    assert occurrences, f"the owner never calls {call}"
+    fired = 0
+    for nth in range(occurrences):
+        _, exit_, before_stop, did_fire = await takeover(
+            MemoryKafka(), tmp_path / f"{call}-{nth}", (call, nth)
+        )
+        if not did_fire:
+            # Later commits may join in fewer transactions than in the baseline run.
+            assert nth > 0, f"the first {call} was not reached"
+            continue
+        fired += 1
+        # A failure while stopping cuts the last commit short: the owner still stops.
+        assert exit_ is (OwnerExit.FAILED if before_stop else OwnerExit.STOPPED), (nth, exit_)
+    assert fired
+
+
+def test_every_call_of_the_owner_failed_in_a_test_above(request: pytest.FixtureRequest) -> None:
+    assert_every_call_failed(
+        request,
+        Transport,
+        TxnProducer,
+        GroupOffsets,
+        Sessions,
+        InputSource,
+        elsewhere={f"InputSource.{c.removeprefix('input.')}": "the loop's" for c in LOOP_CALLS},
+    )
