@@ -39,6 +39,8 @@ RESULT = b"r"
 APPLIED = b"a"
 VERSION = b"v"
 BODY = b"b"
+LOADED = (MESSAGE, RESULT, APPLIED, VERSION)
+"""The kinds of history record a session's load reads; version bodies are read by forks only."""
 APPLIED_SLOTS = APPLIED_KEPT
 """One slot for each applied command id a session keeps."""
 _SPLIT = b"s"

@@ -107,7 +107,10 @@ class SessionStore:
         if found is None:
             return None
         head, seq = found
-        records = dict(self.table.scan(history.prefix(session_id)))
+        mine = history.prefix(session_id)
+        records: dict[bytes, bytes] = {}
+        for kind in history.LOADED:
+            records.update(self.table.scan(mine + kind))
         loaded = decode_session(head, records)
         stored = StoredSession(
             state=loaded.state,
