@@ -12,6 +12,8 @@ from service.agent.errors import SessionExistsError, VersionUnavailableError
 from service.agent.state import Inflight, PendingBatch, SessionState
 from service.agent.types import Checkpoint, Message
 from service.runtime.answers import Answers
+from service.runtime.cancels import CancelDesk
+from service.runtime.command_path import CommandPath
 from service.runtime.forks import SessionVersions, source_state
 from service.runtime.records import ParsedCommand
 from service.runtime.work import CommandWork, InputRecord, Origin, Outcome
@@ -254,3 +256,31 @@ async def test_a_fork_of_a_version_not_kept_is_refused_and_leaves_no_session() -
     # The same target may be forked once the version asked for is one kept.
     await desk.send("fork", "f", "k2", source_session_id="s", version=4)
     assert desk.last_result()["forked_from"] == {"session_id": "s", "version": 4}
+
+
+async def test_the_command_path_answers_a_fork_once_even_when_it_is_read_again() -> None:
+    log = Log()
+    _turn(_writer(), log, 2)
+    desk = Desk(log)
+    cancels = CancelDesk(writer=desk.writer, submit=desk.outcomes.append, topics=TOPICS)
+    answers = Answers(writer=desk.writer, submit=desk.outcomes.append, topics=TOPICS)
+    path = CommandPath(
+        store=desk.store,
+        cancels=cancels,
+        invoker=None,  # type: ignore[arg-type]  # no engine command is sent
+        answers=answers,
+        submit=desk.outcomes.append,
+        agents={},
+        topics=TOPICS,
+        versions=desk.versions,
+    )
+    command = ParsedCommand(
+        "fork", "k1", "f", None, None, options={"source_session_id": "s", "version": 2}
+    )
+    for offset in (0, 0, 1):  # read twice at its offset, then published again
+        record = InputRecord(Origin(TOPICS.commands, 0, offset), b"f", b"{}", [], 0)
+        await path.handle(CommandWork(record, "f", command))
+    results = [r for o in desk.outcomes for r in o.records if r.topic == TOPICS.results]
+    assert len(results) == 1
+    assert len(desk.outcomes) == 3  # the answer, then two offsets finished without one
+    assert desk.reads == ["s"]
