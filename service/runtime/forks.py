@@ -15,6 +15,7 @@ fork into a session that exists is refused ``session_exists``; one from a versio
 from __future__ import annotations
 
 import logging
+import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -57,10 +58,11 @@ def source_state(
 ) -> tuple[SessionState, dict[str, Any]]:
     """The state of ``source`` at ``version`` as session ``target``, and that version's entry;
     raises :class:`VersionUnavailableError` when the version is not kept."""
-    if source.encode() not in records:
+    head = records.get(source.encode())
+    if head is None:
         raise VersionUnavailableError(f"session {source!r} has no state")
     key = history.version_key(source, version)
-    if key not in records:
+    if key not in records or not _kept(head, version):
         raise VersionUnavailableError(
             f"version {version} of session {source!r} is not kept (never reached, compacted "
             "away or deleted)",
@@ -214,6 +216,17 @@ def fork_result(state: SessionState) -> AgentResult:
             "interrupt", None, interrupts=list(pending.interrupts), state=state.agent_state
         )
     return AgentResult("end_turn", None, state=state.agent_state)
+
+
+def _kept(head: bytes, version: int) -> bool:
+    """The head names ``version`` among those kept (a version record outside that range is a
+    leftover, e.g. of a write by a release that kept no versions)."""
+    try:
+        index = history.unpack(head)[0].get("history") or {}
+        first, last = index.get("versions") or (0, -1)
+        return int(first) <= version <= int(last)
+    except (ValueError, TypeError, AttributeError, zlib.error):
+        return False
 
 
 def _code(error: EngineError) -> ErrorCode:

@@ -167,6 +167,11 @@ def test_versions_not_kept_are_refused() -> None:
         source_state(log.records, "s", 9, "f")  # never reached
     with pytest.raises(VersionUnavailableError, match="no state"):
         source_state(log.records, "gone", 1, "f")
+    # A version record the head does not name (left over) is not forked from.
+    log.records[history.version_key("s", 7)] = log.records[history.version_key("s", 4)]
+    log.records[history.body_key("s", 7)] = log.records[history.body_key("s", 4)]
+    with pytest.raises(VersionUnavailableError, match="not kept"):
+        source_state(log.records, "s", 7, "f")
     # A lost message record is refused too, not forked into a shorter conversation.
     del log.records[history.message_key("s", 1)]
     with pytest.raises(VersionUnavailableError):
