@@ -125,6 +125,9 @@ class SessionSettings(BaseModel):
     idle_ttl_s: float | None = Field(default=None, gt=0)
     """Delete a session idle longer than this (no command written to it), as a ``delete``
     command would, with a ``session_expired`` event; unset keeps sessions until deleted."""
+    versions_kept: int = Field(default=100, ge=1)
+    """Versions a session keeps for ``history`` and ``fork`` (one per committed step); older
+    ones are tombstoned, and compaction removes them."""
     standby: bool = False
     """Keep a local copy of every partition this instance does not own, following the sessions
     topic, so that taking a partition over reads only what was written since (instead of the

@@ -63,6 +63,18 @@ class UnknownAgentError(EngineError):
     code = "unknown_agent"
 
 
+class VersionUnavailableError(EngineError):
+    """A fork's source version is not kept: never reached, compacted away or deleted."""
+
+    code = "version_unavailable"
+
+
+class SessionExistsError(EngineError):
+    """A fork's target session already exists."""
+
+    code = "session_exists"
+
+
 class ModelError(EngineError):
     """The model provider failed; ``retryable`` says whether the provider may try again."""
 

@@ -15,7 +15,7 @@ from service.client import commands, render
 from service.client.kafka_io import ClientError, Reader, Seen, publish
 from service.client.pause import Pause
 from service.settings import Settings
-from service.wire.commands import CancelCommand, DeleteCommand, InvokeCommand, ResumeCommand
+from service.wire.commands import CancelCommand, ResumeCommand
 
 Write = Callable[[str], None]
 
@@ -39,7 +39,7 @@ def _exit_code(result: dict[str, Any]) -> int:
 
 async def _send_and_follow(
     settings: Settings,
-    command: InvokeCommand | ResumeCommand | CancelCommand | DeleteCommand,
+    command: commands.AnyCommand,
     options: WaitOptions,
     write: Write,
     *,
@@ -217,6 +217,38 @@ async def delete_session(
 ) -> int:
     """Publish a delete of the session; with a wait, print its result (what it removed)."""
     command = commands.delete(session_id, command_id=command_id)
+    return await _send_and_follow(
+        settings, command, options, write, answers_command=command.command_id
+    )
+
+
+async def session_history(
+    settings: Settings,
+    *,
+    session_id: str,
+    limit: int,
+    before: int | None,
+    options: WaitOptions,
+    write: Write = print,
+) -> int:
+    """Ask for a page of the session's versions and print it, newest first."""
+    command = commands.history(session_id, limit=limit, before=before)
+    return await _send_and_follow(
+        settings, command, options, write, answers_command=command.command_id
+    )
+
+
+async def fork_session(
+    settings: Settings,
+    *,
+    source_session_id: str,
+    version: int,
+    target_session_id: str,
+    options: WaitOptions,
+    write: Write = print,
+) -> int:
+    """Fork ``source_session_id`` at ``version`` into ``target_session_id``; print its result."""
+    command = commands.fork(source_session_id, version, target_session_id)
     return await _send_and_follow(
         settings, command, options, write, answers_command=command.command_id
     )

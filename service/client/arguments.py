@@ -126,6 +126,45 @@ async def _session_delete(args: argparse.Namespace, settings: Settings) -> int:
     )
 
 
+def _quiet_wait(args: argparse.Namespace) -> actions.WaitOptions:
+    """Wait for the command's result only (it has no events of its own)."""
+    return actions.WaitOptions(
+        wait=not args.no_wait,
+        timeout_s=args.timeout,
+        show_events=False,
+        connection=_connection(args),
+    )
+
+
+async def _session_history(args: argparse.Namespace, settings: Settings) -> int:
+    return await actions.session_history(
+        settings,
+        session_id=args.session,
+        limit=args.limit,
+        before=args.before,
+        options=_quiet_wait(args),
+    )
+
+
+async def _session_fork(args: argparse.Namespace, settings: Settings) -> int:
+    return await actions.fork_session(
+        settings,
+        source_session_id=args.session,
+        version=args.at,
+        target_session_id=args.target,
+        options=_quiet_wait(args),
+    )
+
+
+def _add_no_wait(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-wait", action="store_true", help="publish only; do not wait for the result"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds to wait (default: 120)"
+    )
+
+
 def register_client_commands(subparsers: Subparsers) -> None:
     """Add the client's subcommands; each is handled by :func:`run_client_command`."""
     p = subparsers.add_parser("invoke", help="run an agent on a prompt in a session")
@@ -205,6 +244,30 @@ def register_client_commands(subparsers: Subparsers) -> None:
     )
     _add_common(delete, waits=False)
     delete.set_defaults(handler=run_client_command, client_action=_session_delete)
+    listing = session_commands.add_parser(
+        "history", help="the session's versions (one per committed step), newest first"
+    )
+    listing.add_argument("session", help="session id")
+    listing.add_argument(
+        "--limit", type=int, default=20, help="versions per page, 1 to 100 (default: 20)"
+    )
+    listing.add_argument(
+        "--before", type=int, help="only versions older than this (the next page's cursor)"
+    )
+    _add_no_wait(listing)
+    _add_common(listing, waits=False)
+    listing.set_defaults(handler=run_client_command, client_action=_session_history)
+    fork = session_commands.add_parser(
+        "fork", help="create a new session from a version of this one (left unchanged)"
+    )
+    fork.add_argument("session", help="the session to fork from")
+    fork.add_argument("--at", type=int, required=True, metavar="V", help="its version")
+    fork.add_argument(
+        "--as", dest="target", required=True, metavar="S2", help="the new session's id"
+    )
+    _add_no_wait(fork)
+    _add_common(fork, waits=False)
+    fork.set_defaults(handler=run_client_command, client_action=_session_fork)
 
 
 def run_client_command(args: argparse.Namespace, settings: Settings | None = None) -> int:

@@ -14,10 +14,21 @@ import orjson
 from pydantic import ValidationError
 
 from service.agent.outcomes import OUTCOME_UNKNOWN, answer_problem
-from service.wire.commands import CancelCommand, DeleteCommand, InvokeCommand, ResumeCommand
+from service.wire.commands import (
+    CancelCommand,
+    DeleteCommand,
+    ForkCommand,
+    HistoryCommand,
+    InvokeCommand,
+    ResumeCommand,
+)
 
-AnyCommand = InvokeCommand | ResumeCommand | CancelCommand | DeleteCommand
-C = TypeVar("C", InvokeCommand, ResumeCommand, CancelCommand, DeleteCommand)
+AnyCommand = (
+    InvokeCommand | ResumeCommand | CancelCommand | DeleteCommand | HistoryCommand | ForkCommand
+)
+C = TypeVar(
+    "C", InvokeCommand, ResumeCommand, CancelCommand, DeleteCommand, HistoryCommand, ForkCommand
+)
 
 
 class CommandInputError(ValueError):
@@ -114,6 +125,34 @@ def delete(session_id: str, *, command_id: str | None = None) -> DeleteCommand:
         "session_id": session_id,
     }
     return _validated(DeleteCommand, body)
+
+
+def history(
+    session_id: str, *, limit: int, before: int | None = None, command_id: str | None = None
+) -> HistoryCommand:
+    body: dict[str, Any] = {
+        "type": "history",
+        "command_id": command_id or new_command_id(),
+        "session_id": session_id,
+        "limit": limit,
+    }
+    if before is not None:
+        body["before"] = before
+    return _validated(HistoryCommand, body)
+
+
+def fork(
+    source_session_id: str, version: int, target_session_id: str, *, command_id: str | None = None
+) -> ForkCommand:
+    """A fork, addressed (and keyed) to the new session."""
+    body = {
+        "type": "fork",
+        "command_id": command_id or new_command_id(),
+        "session_id": target_session_id,
+        "source_session_id": source_session_id,
+        "version": version,
+    }
+    return _validated(ForkCommand, body)
 
 
 def encode(command: AnyCommand) -> bytes:

@@ -150,6 +150,41 @@ def deleted_line(result: dict[str, Any]) -> str:
     return line
 
 
+def version_line(entry: dict[str, Any]) -> str:
+    """One version of a ``history`` page."""
+    where = entry.get("stop_reason") or "running on"
+    if entry.get("position"):
+        where = (
+            f"{entry['position']} (paused)"
+            if entry.get("stop_reason") == "checkpoint"
+            else f"{entry['position']} ({where})"
+        )
+    line = (
+        f"  v{entry.get('version')}  {_when(entry.get('at'))}  {where}, cycle "
+        f"{entry.get('cycle_index')}, {entry.get('messages')} messages  "
+        f"[{entry.get('command_id')}]"
+    )
+    forked = entry.get("forked_from")
+    if isinstance(forked, dict):
+        line += f"  forked from {forked.get('session_id')} v{forked.get('version')}"
+    return line
+
+
+def history_lines(result: dict[str, Any]) -> list[str]:
+    """A ``history`` page, newest first, and how to ask for the next one."""
+    page = result.get("history") or {}
+    versions = page.get("versions") or []
+    if not versions:
+        return [f"  no versions: session {result.get('session_id')} has none kept"]
+    lines = [version_line(entry) for entry in versions]
+    if page.get("next_before") is not None:
+        lines.append(
+            f"  older: cairn session history {result.get('session_id')} "
+            f"--before {page['next_before']}"
+        )
+    return lines
+
+
 def result_lines(result: dict[str, Any], connection: Sequence[str] = ()) -> list[str]:
     """A result: its stop reason, the pause or error it carries, the message, what to do next."""
     head = (
@@ -175,6 +210,14 @@ def result_lines(result: dict[str, Any], connection: Sequence[str] = ()) -> list
         lines.append(f"  error: {error.get('code')}: {error.get('message')}")
     if isinstance(result.get("deleted"), dict):
         lines.append("  " + deleted_line(result))
+    forked = result.get("forked_from")
+    if isinstance(forked, dict):
+        lines.append(
+            f"  forked from session {forked.get('session_id')} at version "
+            f"{forked.get('version')} (this is version {result.get('version')})"
+        )
+    if isinstance(result.get("history"), dict):
+        lines.extend(history_lines(result))
     lines.extend(message_lines(result.get("message")))
     lines.extend(next_step_lines(result, connection))
     return lines

@@ -29,6 +29,7 @@ from service.runtime.answers import Answers, state_before
 from service.runtime.bad_input import classify_refusal
 from service.runtime.cancels import CancelDesk
 from service.runtime.faults import FaultPoints, InjectedCommitError
+from service.runtime.forks import SessionVersions
 from service.runtime.invoker import AbandonedError, Invoker, ResultTooLargeError
 from service.runtime.records import session_key
 from service.runtime.txn_stream import CommitFailedError, GroupFencedError
@@ -74,9 +75,11 @@ class CommandPath:
         submit: Callable[[Outcome], None],
         agents: Mapping[str, AgentDefinition],
         topics: TopicSettings,
+        versions: SessionVersions | None = None,
         faults: FaultPoints | None = None,
         metrics: Metrics | None = None,
     ) -> None:
+        self._versions = versions
         self._store = store
         self._cancels = cancels
         self._invoker = invoker
@@ -99,6 +102,8 @@ class CommandPath:
            none) never gets here: :meth:`undecodable` dead-letters it as it is read.
         4. A delete: the session's records are tombstoned and the delete answered.
         5. A command the session has applied (a redelivery): only its offset is finished.
+           A ``history`` or ``fork`` is then answered by :class:`SessionVersions` (a fork is
+           refused ``session_exists`` or ``version_unavailable``, or writes the new session).
         6. A command a cancel covers: answered ``cancelled``; the engine never sees it.
         7. The engine: its result; an ``error`` result with the engine's code when it refuses
            the command (an agent not hosted here is ``unknown_agent``); ``limit_exceeded`` when
@@ -146,6 +151,10 @@ class CommandPath:
                 if applied:
                     self._cancels.release(work.session_id)
                     self._duplicate(work)
+                    return
+                if command.type in ("history", "fork"):
+                    self._cancels.release(work.session_id)
+                    await self._session_versions().answer(work, command)
                     return
                 # 6. Cancel coverage.
                 if self._cancels.covered(work, command):
@@ -213,6 +222,11 @@ class CommandPath:
             raise
         except Exception as exc:  # noqa: BLE001 - 8. one record's failure must stay its own
             self._failed(work, exc, applied_before=applied)
+
+    def _session_versions(self) -> SessionVersions:
+        if self._versions is None:
+            raise RuntimeError("this path answers no history or fork commands")
+        return self._versions
 
     def undecodable(self, record: InputRecord, error: WireError) -> CommandWork | None:
         """Take a record that did not decode as it is read: the work that answers it in its

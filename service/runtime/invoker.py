@@ -43,6 +43,7 @@ from service.runtime.records import ParsedCommand, event_record, result_record
 from service.runtime.work import CommandWork, Origin, Outcome, OutRecord
 from service.sessions.delivery import Delivery
 from service.sessions.store import StoredSession
+from service.sessions.versions import Step
 from service.sessions.writer import SessionWriter
 from service.settings import TopicSettings
 
@@ -152,7 +153,8 @@ class Invoker:
                         "paused": False,
                     }
                     seq = self._event(run, command, seq, "checkpoint_reached", data)
-                    outcome = self._commit_inflight(run, event.state, seq)
+                    step = Step(event.cycle_index, command.command_id, position=event.position)
+                    outcome = self._commit_inflight(run, event.state, seq, step)
                     now = time.perf_counter()
                     observe_step(now - step_started)
                     step_started = now
@@ -195,12 +197,15 @@ class Invoker:
         finally:
             await events.aclose()
 
-    def _commit_inflight(self, run: _Run, state: SessionState, seq: int) -> Outcome:
+    def _commit_inflight(
+        self, run: _Run, state: SessionState, seq: int, step: Step | None = None
+    ) -> Outcome:
         """Commit a state whose in-flight marker names the running command; a cancel read
-        later, by another owner, must know whether it covers that command."""
+        later, by another owner, must know whether it covers that command. A boundary is a
+        ``step`` (a new version); a ledger change of ``once`` tools is not."""
         delivery = self._delivery(run.work.session_id)
         published = delivery.started(run.work.record.timestamp_ms)
-        return self._commit_state(run, state, published, seq, finished=None, result=None)
+        return self._commit_state(run, state, published, seq, finished=None, result=None, step=step)
 
     def _commit_state(
         self,
@@ -211,10 +216,18 @@ class Invoker:
         *,
         finished: Origin | None,
         result: AgentResult | None,
+        step: Step | None = None,
     ) -> Outcome:
         outcome = Outcome(fallback=self._answers.instead_of_refused(run.work, run.stored))
         if result is not None and finished is not None:
             command = run.command
+            checkpoint = result.checkpoint
+            step = Step(
+                state.cycle_index,
+                command.command_id,
+                position=checkpoint.position if checkpoint is not None else None,
+                stop_reason=result.stop_reason,
+            )
             record = result_record(
                 self._topics.results,
                 command.session_id,
@@ -223,6 +236,7 @@ class Invoker:
                 command.metadata,
                 run.work.trace,
                 max_bytes=self._state_max_bytes,
+                version=_next_version(run.stored),
             )
             if record.value is not None and len(record.value) > self._state_max_bytes:
                 raise ResultTooLargeError(len(record.value), self._state_max_bytes)
@@ -231,7 +245,7 @@ class Invoker:
             outcome.results = 1
         # Checked before the state is written: a write the committer never gets would leave
         # the store ahead of the changelog.
-        outcome.state = self._writer.write(state, seq, delivery)
+        outcome.state = self._writer.write(state, seq, delivery, step=step)
         if result is not None:
             self._count_result(run.command.type, result)
         outcome.records[:0] = run.events
@@ -283,6 +297,7 @@ class Invoker:
                 kind,
                 data,
                 run.work.trace,
+                version=_next_version(run.stored),
             )
         except ValidationError as exc:
             # Progress events are optional to consumers; one the contract cannot carry must not
@@ -311,6 +326,11 @@ class Invoker:
         self._metrics.result(stop_reason, error.code if error is not None else None)
         outcome = _OUTCOMES.get(stop_reason, "ok")
         self._metrics.command(command_type, outcome)
+
+
+def _next_version(stored: StoredSession) -> int:
+    """The version the session's next step commits (what its events and result carry)."""
+    return (stored.last_version or 0) + 1
 
 
 _OUTCOMES: dict[str, str] = {"cancelled": "cancelled", "error": "error"}

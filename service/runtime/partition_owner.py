@@ -37,6 +37,7 @@ from service.runtime.command_path import NOT_THE_RECORDS, CommandPath
 from service.runtime.committer import CommitObserver, Committer
 from service.runtime.control import ControlHandler
 from service.runtime.faults import FaultPoints
+from service.runtime.forks import SessionVersions
 from service.runtime.invoker import Invoker
 from service.runtime.offsets import OffsetTracker
 from service.runtime.records import event_record, parse_command
@@ -242,7 +243,11 @@ class PartitionOwner:
         store = await self._ctx.sessions.restore(
             self.partition, self._table, cache_max_bytes=settings.sessions.cache_max_bytes
         )
-        writer = SessionWriter(store, record_max_bytes=settings.runtime.state_record_max_bytes)
+        writer = SessionWriter(
+            store,
+            record_max_bytes=settings.runtime.state_record_max_bytes,
+            versions_kept=settings.sessions.versions_kept,
+        )
         committer = Committer(
             stream=stream,
             sessions_topic=self._topics.sessions,
@@ -303,6 +308,16 @@ class PartitionOwner:
                 submit=committer.submit,
                 agents=self._ctx.agents,
                 topics=self._topics,
+                versions=SessionVersions(
+                    store=store,
+                    writer=writer,
+                    answers=answers,
+                    submit=committer.submit,
+                    topics=self._topics,
+                    session_records=self._ctx.sessions.session_records,
+                    max_bytes=settings.runtime.state_record_max_bytes,
+                    metrics=self._ctx.metrics,
+                ),
                 faults=self._ctx.faults,
                 metrics=self._ctx.metrics,
             )

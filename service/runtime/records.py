@@ -14,7 +14,7 @@ from service.agent.types import AgentResult, Limits
 from service.runtime.bad_input import fit_dead_letter
 from service.runtime.work import InputRecord, OutRecord
 from service.wire.codec import decode_command, encode, encode_result
-from service.wire.commands import DeleteCommand
+from service.wire.commands import DeleteCommand, ForkCommand, HistoryCommand
 from service.wire.dlq import dlq_headers
 from service.wire.errors import ErrorCode, WireError
 from service.wire.events import (
@@ -26,7 +26,7 @@ from service.wire.events import (
     ToolFinishedEvent,
     ToolStartedEvent,
 )
-from service.wire.results import ResultRecord, deleted_result, error_record
+from service.wire.results import ResultRecord, deleted_result, error_record, history_result
 from service.wire.results import result_record as wire_result
 
 RECORD_MAX_BYTES = 900_000
@@ -49,8 +49,9 @@ EVENT_MODELS: dict[str, Any] = {
 
 @dataclass(slots=True)
 class ParsedCommand:
-    """An invoke, resume or delete as the runtime needs it (``input`` is the engine's input;
-    a delete has neither ``agent`` nor ``input``)."""
+    """An invoke, resume, delete, history or fork as the runtime needs it (``input`` is the
+    engine's input; the others have neither ``agent`` nor ``input``, and ``options`` holds a
+    history's ``limit`` and ``before`` or a fork's ``source_session_id`` and ``version``)."""
 
     type: str
     command_id: str
@@ -61,6 +62,7 @@ class ParsedCommand:
     limits: Limits | None = None
     invocation_state: dict[str, Any] | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_command(record: InputRecord, max_bytes: int = RECORD_MAX_BYTES) -> ParsedCommand:
@@ -71,7 +73,12 @@ def parse_command(record: InputRecord, max_bytes: int = RECORD_MAX_BYTES) -> Par
     if record.value is None:
         raise WireError("record has no value")
     command = decode_command(record.value, key=record.key, max_bytes=max_bytes)
-    if isinstance(command, DeleteCommand):
+    if isinstance(command, DeleteCommand | HistoryCommand | ForkCommand):
+        options: dict[str, Any] = {}
+        if isinstance(command, HistoryCommand):
+            options = {"limit": command.limit, "before": command.before}
+        elif isinstance(command, ForkCommand):
+            options = {"source_session_id": command.source_session_id, "version": command.version}
         return ParsedCommand(
             type=command.type,
             command_id=command.command_id,
@@ -79,6 +86,7 @@ def parse_command(record: InputRecord, max_bytes: int = RECORD_MAX_BYTES) -> Par
             agent=None,
             input=None,
             metadata=command.metadata,
+            options=options,
         )
     limits = None
     if command.limits is not None:
@@ -119,10 +127,19 @@ def result_record(
     headers: list[tuple[str, bytes]] | None = None,
     *,
     max_bytes: int = RECORD_MAX_BYTES,
+    version: int | None = None,
+    forked_from: tuple[str, int] | None = None,
 ) -> OutRecord:
     """The result record of ``result``; echoed metadata is dropped (and flagged) when it would
     make the record larger than ``max_bytes``. The caller checks the size of what is left."""
-    record = wire_result(result, session_id=session_id, command_id=command_id, metadata=metadata)
+    record = wire_result(
+        result,
+        session_id=session_id,
+        command_id=command_id,
+        metadata=metadata,
+        version=version,
+        forked_from=forked_from,
+    )
     return _fitted(topic, session_id, record, bool(metadata), headers, max_bytes)
 
 
@@ -176,6 +193,32 @@ def deleted_record(
     return _fitted(topic, session_id, record, bool(metadata), headers, max_bytes)
 
 
+def history_record(
+    topic: str,
+    session_id: str,
+    command_id: str,
+    *,
+    versions: list[dict[str, Any]],
+    next_before: int | None,
+    oldest_kept: int | None,
+    version: int | None,
+    metadata: dict[str, Any] | None,
+    headers: list[tuple[str, bytes]] | None = None,
+    max_bytes: int = RECORD_MAX_BYTES,
+) -> OutRecord:
+    """A ``history`` command's result (a page is at most 100 small entries: it always fits)."""
+    record = history_result(
+        session_id=session_id,
+        command_id=command_id,
+        versions=versions,
+        next_before=next_before,
+        oldest_kept=oldest_kept,
+        version=version,
+        metadata=metadata,
+    )
+    return _fitted(topic, session_id, record, bool(metadata), headers, max_bytes)
+
+
 def _fitted(
     topic: str,
     session_id: str,
@@ -203,7 +246,10 @@ def event_record(
     kind: str,
     data: dict[str, Any],
     headers: list[tuple[str, bytes]] | None = None,
+    version: int | None = None,
 ) -> OutRecord:
+    if version is not None:
+        data = {**data, "version": version}
     event = EVENT_MODELS[kind](session_id=session_id, command_id=command_id, seq=seq, **data)
     return OutRecord(
         topic=topic, key=session_id.encode(), value=encode(event), headers=headers or []

@@ -24,10 +24,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.partitioner import murmur2
 
 from service.observability.metrics import Metrics
 from service.runtime.clients import reader
 from service.runtime.work import OutRecord
+from service.sessions import history
 from service.sessions.store import SessionStore, event_seq_of
 from service.sessions.table import Table
 from service.settings import KafkaSettings
@@ -117,6 +119,49 @@ class SessionsReader:
             fetch_max_wait_ms=_FETCH_WAIT_MS,
         )
 
+    async def session_records(self, session_id: str) -> dict[bytes, bytes]:
+        """Every committed record of ``session_id`` on the sessions topic (head and history
+        records, by key, as of the partition's committed end now), read from the partition its
+        id maps to (Kafka's default murmur2 partitioner, as for every topic Cairn co-partitions).
+        A full read of that partition: what a fork pays once."""
+        head = session_id.encode()
+        mine = history.prefix(session_id)
+        async with self._lock:
+            if self._consumer is None:
+                self._consumer = await _started(self._committed_reader())
+            consumer = self._consumer
+            found: dict[bytes, bytes] = {}
+            try:
+                tp = TopicPartition(
+                    self._topic, partition_of(session_id, await self._partitions(consumer))
+                )
+                changelog = KafkaChangelog(consumer)
+                start, end = await changelog.bounds(tp)
+                async for fetched in changelog.read(tp, start, end):
+                    for record in fetched:
+                        key = record.key
+                        if key is None or not (key == head or key.startswith(mine)):
+                            continue
+                        if record.value is None:
+                            found.pop(key, None)
+                        else:
+                            found[key] = record.value
+            except Exception:
+                consumer, self._consumer = self._consumer, None
+                if consumer is not None:
+                    await consumer.stop()
+                raise
+            return found
+
+    async def _partitions(self, consumer: AIOKafkaConsumer) -> int:
+        partitions = consumer.partitions_for_topic(self._topic)
+        if not partitions:
+            await consumer.topics()
+            partitions = consumer.partitions_for_topic(self._topic)
+        if not partitions:
+            raise RuntimeError(f"topic {self._topic!r} has no partitions")
+        return len(partitions)
+
     async def stable_and_end(
         self, partitions: list[TopicPartition]
     ) -> dict[TopicPartition, tuple[int, int]]:
@@ -178,6 +223,12 @@ class SessionsReader:
         for consumer in consumers:
             if consumer is not None:
                 await consumer.stop()
+
+
+def partition_of(session_id: str, partitions: int) -> int:
+    """The partition Kafka's default partitioner puts key ``session_id`` on."""
+    hashed: int = murmur2(session_id.encode())
+    return (hashed & 0x7FFFFFFF) % partitions
 
 
 async def _started(consumer: AIOKafkaConsumer) -> AIOKafkaConsumer:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -83,15 +83,19 @@ def encode_head(
     results: list[str],
     assistant_at: int | None,
     applied: int,
+    versions: tuple[int, int] | None = None,
 ) -> tuple[bytes, int]:
     """The head record of the session and its JSON length: everything but the messages (in
     history records) and the applied command ids (``applied`` of them ever, the newest in their
     slots), the open batch's results named by toolUseId (stored in result slots, in order), its
-    assistant message by index when it is message ``assistant_at`` of the history."""
+    assistant message by index when it is message ``assistant_at`` of the history; ``versions``
+    is the range of versions kept (written only once the session has one)."""
     data = record_dict(state, delivery)
     data["messages"] = None
     data["applied_commands"] = None
     data["history"] = {"messages": len(state.messages), "applied": applied}
+    if versions is not None:
+        data["history"]["versions"] = list(versions)
     pending = data["pending"]
     if pending is not None:
         pending["results"] = results
@@ -118,6 +122,8 @@ class Loaded:
     sizes: list[int]
     """Bytes of JSON of each message of ``history``."""
     head_size: int
+    versions: list[dict[str, Any]] = field(default_factory=list)
+    """The entries of the versions kept, oldest first."""
 
 
 def decode_session(head: bytes, records: Mapping[bytes, bytes]) -> Loaded:
@@ -156,6 +162,14 @@ def decode_session(head: bytes, records: Mapping[bytes, bytes]) -> Loaded:
             at = pending.pop("assistant_at", None)
             if at is not None:
                 pending["assistant_message"] = messages[int(at)]
+        kept = index.get("versions")
+        versions = []
+        if kept is not None:
+            first, last = int(kept[0]), int(kept[1])
+            versions = [
+                history.load(history.version_key(session_id, v), records)[0]
+                for v in range(first, last + 1)
+            ]
     except history.HistoryDecodeError as exc:
         raise StateDecodeError(f"session {session_id!r}: {exc}") from exc
     except (KeyError, TypeError, ValueError, IndexError) as exc:
@@ -171,6 +185,7 @@ def decode_session(head: bytes, records: Mapping[bytes, bytes]) -> Loaded:
         results,
         sizes[:count],
         len(head),
+        versions,
     )
 
 

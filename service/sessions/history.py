@@ -8,7 +8,13 @@ every one of them until the session is deleted:
 - ``<session id> NUL "r" <slot, 5 digits>``: the ``slot``-th completed tool result of the open
   batch (the head lists their toolUseIds in slot order);
 - ``<session id> NUL "a" <slot, 3 digits>``: the ``k``-th command id the session applied, in
-  slot ``k`` mod 256 (the head counts them; the newest 256 are kept, for de-duplication).
+  slot ``k`` mod 256 (the head counts them; the newest 256 are kept, for de-duplication);
+- ``<session id> NUL "v" <version, 10 digits>``: the entry of version ``version`` of the session
+  (what ``history`` lists: when, where it stopped, how many messages);
+- ``<session id> NUL "b" <version, 10 digits>``: the state at that version, without its messages
+  but for the last one (a fork starts from it; the messages before the last are never changed
+  once a later one exists, so the message records hold them). The head names the range of
+  versions kept; older ones are tombstoned.
 
 A value larger than a record may hold is split: the first part is ``"s"``, the part count
 (4 bytes, big-endian), then the first chunk; part ``k`` (``k >= 1``) lives under the same key
@@ -31,6 +37,10 @@ SEPARATOR = b"\x00"
 MESSAGE = b"m"
 RESULT = b"r"
 APPLIED = b"a"
+VERSION = b"v"
+BODY = b"b"
+LOADED = (MESSAGE, RESULT, APPLIED, VERSION)
+"""The kinds of history record a session's load reads; version bodies are read by forks only."""
 APPLIED_SLOTS = APPLIED_KEPT
 """One slot for each applied command id a session keeps."""
 _SPLIT = b"s"
@@ -62,6 +72,14 @@ def applied_key(session_id: str, count: int) -> bytes:
     """The key of the ``count``-th applied command id (0-based, counted over the session's
     life): slots are reused round-robin."""
     return prefix(session_id) + APPLIED + b"%03d" % (count % APPLIED_SLOTS)
+
+
+def version_key(session_id: str, version: int) -> bytes:
+    return prefix(session_id) + VERSION + b"%010d" % version
+
+
+def body_key(session_id: str, version: int) -> bytes:
+    return prefix(session_id) + BODY + b"%010d" % version
 
 
 def is_history_key(key: bytes) -> bool:

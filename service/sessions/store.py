@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from service.agent.state import SessionState
 from service.agent.types import ContentBlock, Message
@@ -50,10 +51,17 @@ class StoredSession:
     history_bytes: int = 0
     """Their sum."""
     head_size: int = 0
+    versions: list[dict[str, Any]] = field(default_factory=list)
+    """The entries of the versions kept, oldest first (:mod:`service.sessions.versions`)."""
     version: int = 0
     """Bumped by every write; the committer reports the version it made durable."""
     durable: bool = True
     """The last write is committed (a session not yet durable is never evicted)."""
+
+    @property
+    def last_version(self) -> int | None:
+        """The session's newest version (``None`` before its first step)."""
+        return int(self.versions[-1]["version"]) if self.versions else None
 
     @property
     def size(self) -> int:
@@ -99,7 +107,10 @@ class SessionStore:
         if found is None:
             return None
         head, seq = found
-        records = dict(self.table.scan(history.prefix(session_id)))
+        mine = history.prefix(session_id)
+        records: dict[bytes, bytes] = {}
+        for kind in history.LOADED:
+            records.update(self.table.scan(mine + kind))
         loaded = decode_session(head, records)
         stored = StoredSession(
             state=loaded.state,
@@ -112,6 +123,7 @@ class SessionStore:
             sizes=loaded.sizes,
             history_bytes=sum(loaded.sizes),
             head_size=loaded.head_size,
+            versions=loaded.versions,
         )
         self._remember(session_id, stored)
         return stored

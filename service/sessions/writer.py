@@ -11,7 +11,9 @@ makes it durable).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Any
 
 from service.agent.state import SessionState
 from service.agent.types import ContentBlock, Message
@@ -19,6 +21,7 @@ from service.sessions import history
 from service.sessions.codec import encode_head
 from service.sessions.delivery import Delivery
 from service.sessions.store import SessionStore, StoredSession
+from service.sessions.versions import VERSIONS_KEPT, Step, body, entry
 
 RECORD_OVERHEAD = 4096
 """Room left in a record for its key, headers and batch framing."""
@@ -56,16 +59,25 @@ class StateWrite:
 
 
 class SessionWriter:
-    def __init__(self, store: SessionStore, *, record_max_bytes: int) -> None:
+    def __init__(
+        self, store: SessionStore, *, record_max_bytes: int, versions_kept: int = VERSIONS_KEPT
+    ) -> None:
         self.store = store
         self._record_max = record_max_bytes
         self._part_max = max(1024, record_max_bytes - RECORD_OVERHEAD)
+        self._versions_kept = versions_kept
 
     def write(
-        self, state: SessionState, event_seq: int, delivery: Delivery | None = None
+        self,
+        state: SessionState,
+        event_seq: int,
+        delivery: Delivery | None = None,
+        *,
+        step: Step | None = None,
     ) -> StateWrite:
         """Store ``state`` and ``delivery`` (unchanged when not given) as the session's latest
-        and return the records that write them."""
+        and return the records that write them; a ``step`` makes the state the session's next
+        version (the oldest kept beyond ``versions_kept`` are tombstoned)."""
         session_id = state.session_id
         before = self.store.get(session_id)
         if delivery is None:
@@ -83,6 +95,7 @@ class SessionWriter:
             )
         results, written = self._results(state, before, records)
         applied, applied_count = self._applied(session_id, delivery, before, records)
+        versions = self._versions(state, before, step, records)
         pending = state.pending
         assistant_at = None
         if pending is not None and new and pending.assistant_message is new[-1]:
@@ -93,6 +106,7 @@ class SessionWriter:
             results=[tool_use_id for tool_use_id, _ in results],
             assistant_at=assistant_at,
             applied=applied_count,
+            versions=(versions[0]["version"], versions[-1]["version"]) if versions else None,
         )
         if len(head) > self._record_max:
             raise StateTooLargeError(len(head), self._record_max)
@@ -114,6 +128,7 @@ class SessionWriter:
             sizes=sizes,
             history_bytes=history_bytes,
             head_size=head_size + written,
+            versions=versions,
         )
         self.store.put(session_id, stored)
         return StateWrite(session_id, records, event_seq, stored.version)
@@ -154,6 +169,36 @@ class SessionWriter:
             records.append((key, history.pack(command_id)[0]))
         return new, count + len(new) - kept
 
+    def _versions(
+        self,
+        state: SessionState,
+        before: StoredSession | None,
+        step: Step | None,
+        records: list[tuple[bytes, bytes | None]],
+    ) -> list[dict[str, Any]]:
+        """The version entries kept after this write: a step adds one (its entry and body
+        written), and those beyond the bound are tombstoned, oldest first."""
+        kept = list(before.versions) if before is not None else []
+        if step is None:
+            return kept
+        session_id = state.session_id
+        version = kept[-1]["version"] + 1 if kept else 1
+        parts = list(
+            history.split(
+                history.body_key(session_id, version),
+                history.pack(body(state))[0],
+                self._part_max,
+            )
+        )
+        records.extend(parts)
+        new = entry(step, version, len(state.messages), time.time(), len(parts))
+        records.append((history.version_key(session_id, version), history.pack(new)[0]))
+        kept.append(new)
+        while len(kept) > self._versions_kept:
+            old = kept.pop(0)
+            records.extend(_version_tombstones(session_id, old))
+        return kept
+
     def _results(
         self,
         state: SessionState,
@@ -184,6 +229,18 @@ class SessionWriter:
             (history.result_key(session_id, slot), None) for slot in range(len(new), len(old))
         )
         return new, written
+
+
+def _version_tombstones(session_id: str, old: dict[str, Any]) -> list[tuple[bytes, bytes | None]]:
+    """Tombstones for every record of a version's entry and body."""
+    version = int(old["version"])
+    key = history.body_key(session_id, version)
+    tombstones: list[tuple[bytes, bytes | None]] = [
+        (history.version_key(session_id, version), None),
+        (key, None),
+    ]
+    tombstones.extend((key + b".%05d" % k, None) for k in range(1, int(old.get("parts", 1))))
+    return tombstones
 
 
 def _common_prefix(old: list[Message], new: list[Message]) -> int:

@@ -48,8 +48,9 @@ TOPICS = (
     Topic(
         "commands",
         "cairn.commands",
-        ("invoke", "resume", "delete"),
-        "Commands from upstream: invoke an agent, resume a paused session, delete a session.",
+        ("invoke", "resume", "delete", "history", "fork"),
+        "Commands from upstream: invoke an agent, resume a paused session, delete a session, "
+        "list a session's versions, fork a session from one of them.",
         co_partitioned=True,
     ),
     Topic(
@@ -105,6 +106,16 @@ _MESSAGE_TEXT: dict[str, tuple[str, str]] = {
         "Delete a session",
         "Stop what runs or waits for the session and tombstone all of its state; the result "
         "carries a deleted report.",
+    ),
+    "history": (
+        "List a session's versions",
+        "One page of the session's versions (one per committed step), newest first; the "
+        "result carries it in history.",
+    ),
+    "fork": (
+        "Fork a session",
+        "Create session_id from version `version` of source_session_id, which is left "
+        "unchanged; keyed by the new session's id. The result carries forked_from.",
     ),
     "cancel": ("Cancel", "Stop a running invocation, resolve a pause or skip a queued command."),
     "agent_result": ("Result of one command", "How the invocation ended, and how to continue."),

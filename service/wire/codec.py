@@ -17,6 +17,8 @@ from service.wire.commands import (
     CancelCommand,
     Command,
     DeleteCommand,
+    ForkCommand,
+    HistoryCommand,
     InvokeCommand,
     ResumeCommand,
 )
@@ -37,10 +39,19 @@ the result, prompt messages in the session state), so a deeper command could nev
 
 M = TypeVar("M", bound=BaseModel)
 
-COMMAND_TYPES: Mapping[str, type[InvokeCommand] | type[ResumeCommand] | type[DeleteCommand]] = {
+COMMAND_TYPES: Mapping[
+    str,
+    type[InvokeCommand]
+    | type[ResumeCommand]
+    | type[DeleteCommand]
+    | type[HistoryCommand]
+    | type[ForkCommand],
+] = {
     "invoke": InvokeCommand,
     "resume": ResumeCommand,
     "delete": DeleteCommand,
+    "history": HistoryCommand,
+    "fork": ForkCommand,
 }
 CONTROL_TYPES: Mapping[str, type[CancelCommand]] = {"cancel": CancelCommand}
 RESULT_TYPES: Mapping[str, type[ResultRecord]] = {"agent_result": ResultRecord}
@@ -48,6 +59,8 @@ _ELSEWHERE = {
     "invoke": "the commands topic",
     "resume": "the commands topic",
     "delete": "the commands topic",
+    "history": "the commands topic",
+    "fork": "the commands topic",
     "cancel": "the control topic",
     "agent_result": "the results topic",
     **dict.fromkeys(EVENT_TYPES, "the events topic"),

@@ -1,5 +1,5 @@
-"""Commands Cairn receives: ``invoke``, ``resume`` and ``delete`` (commands topic), ``cancel``
-(control topic).
+"""Commands Cairn receives: ``invoke``, ``resume``, ``delete``, ``history`` and ``fork``
+(commands topic), ``cancel`` (control topic).
 
 Field names are fixed by the design; a command without ``schema_version`` is read as version 1. An
 ``invoke`` whose prompt has a resume shape is a resume: :meth:`InvokeCommand.as_resume`.
@@ -187,5 +187,31 @@ class DeleteCommand(_Command):
     """Any JSON object, echoed unchanged in the result."""
 
 
-Command = InvokeCommand | ResumeCommand | DeleteCommand
+class HistoryCommand(_Command):
+    """List the session's versions, newest first, one page per command (Cairn extension)."""
+
+    type: Literal["history"] = "history"
+    limit: Annotated[int, Field(ge=1, le=100)] = 20
+    """Most entries to list."""
+    before: Annotated[int, Field(ge=1)] | None = None
+    """List only versions older than this one (the ``next_before`` of the previous page);
+    absent means from the newest."""
+    metadata: JsonObject = Field(default_factory=dict)
+    """Any JSON object, echoed unchanged in the result."""
+
+
+class ForkCommand(_Command):
+    """Create the session ``session_id`` from version ``version`` of ``source_session_id``
+    (Cairn extension). Addressed to the new session: keyed by its id, like every command."""
+
+    type: Literal["fork"] = "fork"
+    source_session_id: Id
+    """The session forked from; it is left unchanged."""
+    version: Annotated[int, Field(ge=1)]
+    """Its version the new session starts from."""
+    metadata: JsonObject = Field(default_factory=dict)
+    """Any JSON object, echoed unchanged in the result."""
+
+
+Command = InvokeCommand | ResumeCommand | DeleteCommand | HistoryCommand | ForkCommand
 """What the commands topic carries, after an ``invoke`` with a resume prompt became a resume."""

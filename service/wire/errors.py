@@ -21,6 +21,8 @@ ErrorCode = Literal[
     "unknown_interrupt",
     "model_error",
     "limit_exceeded",
+    "version_unavailable",
+    "session_exists",
     "internal",
 ]
 """Every code an ``agent_result.error.code`` may hold (the engine's codes plus the runtime's)."""

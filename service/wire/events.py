@@ -23,6 +23,9 @@ class _Event(OutboundModel):
     """The command whose invocation produced this event."""
     seq: Annotated[int, Field(ge=0)]
     """Position of this event in its session's event stream."""
+    version: Annotated[int, Field(ge=1)] | None = None
+    """Cairn extension: the session version of the step this event belongs to (the version
+    its boundary or result commits); written only by steps of the engine."""
 
 
 class TextDeltaEvent(_Event):

@@ -20,6 +20,8 @@ from service.wire.codec import encode
 from service.wire.commands import (
     CancelCommand,
     DeleteCommand,
+    ForkCommand,
+    HistoryCommand,
     InvokeCommand,
     Limits,
     ResumeCommand,
@@ -37,10 +39,17 @@ from service.wire.events import (
 )
 from service.wire.outcome_examples import outcome_examples
 from service.wire.pauses import CheckpointResume, InterruptAnswer
-from service.wire.results import CancelReport, deleted_result, error_record, result_record
+from service.wire.results import (
+    CancelReport,
+    deleted_result,
+    error_record,
+    history_result,
+    result_record,
+)
 from service.wire.session_record import SessionStateRecord
 
 SESSION = "support-4711"
+FORK = "support-4711-b"
 AGENT = "support"
 METADATA = {"tenant": "acme", "request_id": "req-2b1c"}
 LOOKUP_ID = "tooluse_lookup_01"
@@ -99,6 +108,9 @@ ERROR_MESSAGES: dict[ErrorCode, str] = {
     "unknown_interrupt": "interrupt 'v1:tool_call:x:y' is not pending",
     "model_error": "model provider failed: 503 Service Unavailable",
     "limit_exceeded": "the turn exceeded max_cycles=8",
+    "version_unavailable": "version 3 of session 'support-4711' is not kept (never reached, "
+    "compacted away or deleted)",
+    "session_exists": "session 'support-4711-b' already exists",
     "internal": "internal error; the command was not applied",
 }
 
@@ -203,6 +215,24 @@ def _commands() -> dict[str, tuple[str, Any]]:
                 metadata=METADATA,
             ),
         ),
+        "history/newest": (
+            "history",
+            HistoryCommand(command_id="cmd-0960", session_id=SESSION, limit=2, metadata=METADATA),
+        ),
+        "history/older-page": (
+            "history",
+            HistoryCommand(command_id="cmd-0961", session_id=SESSION, limit=2, before=8),
+        ),
+        "fork/at-version": (
+            "fork",
+            ForkCommand(
+                command_id="cmd-0970",
+                session_id=FORK,
+                source_session_id=SESSION,
+                version=1,
+                metadata=METADATA,
+            ),
+        ),
         "delete/session": (
             "delete",
             DeleteCommand(command_id="cmd-0950", session_id=SESSION, metadata=METADATA),
@@ -276,10 +306,19 @@ def _results() -> dict[str, tuple[str, Any]]:
             ),
         ),
     }
+    # Each engine result carries the session version its step committed (boundaries that ran
+    # on took the versions in between).
+    versions = {"cmd-0001": 1, "cmd-0002": 2, "cmd-0003": 4, "cmd-0004": 6, "cmd-0006": 9}
     out: dict[str, tuple[str, Any]] = {
         name: (
             "agent_result",
-            result_record(result, session_id=SESSION, command_id=cid, metadata=METADATA),
+            result_record(
+                result,
+                session_id=SESSION,
+                command_id=cid,
+                metadata=METADATA,
+                version=versions[cid],
+            ),
         )
         for name, (cid, result) in results.items()
     }
@@ -344,6 +383,54 @@ def _results() -> dict[str, tuple[str, Any]]:
             metadata=METADATA,
         ),
     )
+    # A history page: the newest two versions, and where the next page starts.
+    out["agent_result/history"] = (
+        "agent_result",
+        history_result(
+            session_id=SESSION,
+            command_id="cmd-0960",
+            versions=[
+                {
+                    "version": 9,
+                    "at": 1767225642.125,
+                    "command_id": "cmd-0006",
+                    "stop_reason": "end_turn",
+                    "cycle_index": 2,
+                    "messages": 7,
+                },
+                {
+                    "version": 8,
+                    "at": 1767225640.5,
+                    "command_id": "cmd-0006",
+                    "position": "after_tools",
+                    "cycle_index": 1,
+                    "messages": 6,
+                },
+            ],
+            next_before=8,
+            oldest_kept=1,
+            version=9,
+            metadata=METADATA,
+        ),
+    )
+    # A fork's first result: at the after_model pause of version 1 of the source, resumable
+    # with this checkpoint; the fork's own version 1.
+    out["agent_result/forked"] = (
+        "agent_result",
+        result_record(
+            AgentResult(
+                stop_reason="checkpoint",
+                message=None,
+                checkpoint=Checkpoint(position="after_model", cycle_index=0),
+                state=state,
+            ),
+            session_id=FORK,
+            command_id="cmd-0970",
+            metadata=METADATA,
+            version=1,
+            forked_from=(SESSION, 1),
+        ),
+    )
     # Metadata too large to echo within the record limit is left out, and flagged.
     out["agent_result/metadata-truncated"] = (
         "agent_result",
@@ -363,16 +450,18 @@ def _events() -> dict[str, tuple[str, Any]]:
     return {
         "event.text_delta/text-delta": (
             "event.text_delta",
-            TextDeltaEvent(seq=0, text="Let me look up ", **common),
+            TextDeltaEvent(seq=0, text="Let me look up ", version=1, **common),
         ),
         "event.model_message/model-message": (
             "event.model_message",
-            ModelMessageEvent.model_validate({**common, "seq": 1, "message": LOOKUP_MESSAGE}),
+            ModelMessageEvent.model_validate(
+                {**common, "seq": 1, "version": 1, "message": LOOKUP_MESSAGE}
+            ),
         ),
         "event.checkpoint_reached/after-model": (
             "event.checkpoint_reached",
             CheckpointReachedEvent(
-                seq=2, position="after_model", cycle_index=0, paused=True, **common
+                seq=2, position="after_model", cycle_index=0, paused=True, version=1, **common
             ),
         ),
         "event.tool_started/tool-started": (
@@ -381,6 +470,7 @@ def _events() -> dict[str, tuple[str, Any]]:
                 seq=3,
                 tool_use_id=LOOKUP_ID,
                 name="lookup_order",
+                version=2,
                 session_id=SESSION,
                 command_id="cmd-0002",
             ),
@@ -392,6 +482,7 @@ def _events() -> dict[str, tuple[str, Any]]:
                 tool_use_id=LOOKUP_ID,
                 name="lookup_order",
                 status="success",
+                version=2,
                 session_id=SESSION,
                 command_id="cmd-0002",
             ),

@@ -64,6 +64,53 @@ class DeletedReport(PartModel):
     the order answered."""
 
 
+class ForkedFrom(PartModel):
+    """Where a fork came from, on its first result."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    session_id: Id
+    """The session forked from (left unchanged)."""
+    version: Annotated[int, Field(ge=1)]
+    """Its version the fork started from."""
+
+
+class VersionEntry(PartModel):
+    """One version of a session, as ``history`` lists it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    version: Annotated[int, Field(ge=1)]
+    at: Annotated[float, Field(ge=0)]
+    """When the step committed (epoch seconds)."""
+    command_id: str
+    """The command whose step it was."""
+    position: Literal["after_model", "after_tools"] | None = None
+    """The boundary the step reached (also set for a pause there); absent at an end."""
+    stop_reason: StopReason | None = None
+    """How the command's run ended, when the step was its result; absent at a boundary the
+    run went on from."""
+    cycle_index: Annotated[int, Field(ge=0)]
+    messages: Annotated[int, Field(ge=0)]
+    """Messages of the conversation at that version."""
+    forked_from: ForkedFrom | None = None
+    """On the first version of a fork."""
+
+
+class HistoryPage(PartModel):
+    """A page of a session's versions, on a ``history`` command's result."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    versions: list[VersionEntry]
+    """Newest first."""
+    next_before: Annotated[int, Field(ge=1)] | None
+    """Send as ``before`` for the next (older) page; ``null`` on the last."""
+    oldest_kept: Annotated[int, Field(ge=1)] | None
+    """The oldest version still kept (older ones were compacted away); ``null`` when the session
+    has none."""
+
+
 def _result_schema(schema: dict[str, Any]) -> None:
     require_envelope(schema)
     schema["allOf"] = [
@@ -117,6 +164,13 @@ class ResultRecord(OutboundModel):
     """On a cancel's own result only (written only there): what the cancel covered."""
     deleted: DeletedReport | None = None
     """On a delete's own result only (written only there): what the delete removed."""
+    version: Annotated[int, Field(ge=1)] | None = None
+    """Cairn extension: the session's version after this command (written only when the
+    session has one); the step of an engine result is a new version."""
+    forked_from: ForkedFrom | None = None
+    """Cairn extension, on a fork's own result only: the session and version it came from."""
+    history: HistoryPage | None = None
+    """Cairn extension, on a ``history`` command's result only: a page of the versions."""
 
     @model_validator(mode="after")
     def _pause_fields_agree(self) -> ResultRecord:
@@ -135,6 +189,8 @@ def result_record(
     session_id: str,
     command_id: str,
     metadata: JsonObject | None = None,
+    version: int | None = None,
+    forked_from: tuple[str, int] | None = None,
 ) -> ResultRecord:
     """Wrap an engine result for the wire; raises ``pydantic.ValidationError`` on a bad shape."""
     body = result.to_dict()
@@ -144,6 +200,43 @@ def result_record(
         command_id=command_id,
         metadata=metadata if metadata is not None else {},
     )
+    if version is not None:
+        body["version"] = version
+    if forked_from is not None:
+        body["forked_from"] = {"session_id": forked_from[0], "version": forked_from[1]}
+    return ResultRecord.model_validate(body)
+
+
+def history_result(
+    *,
+    session_id: str,
+    command_id: str,
+    versions: Sequence[JsonObject],
+    next_before: int | None,
+    oldest_kept: int | None,
+    version: int | None,
+    metadata: JsonObject | None = None,
+) -> ResultRecord:
+    """A ``history`` command's result: ``end_turn`` with nothing else set, and the page."""
+    body: JsonObject = {
+        "session_id": session_id,
+        "command_id": command_id,
+        "message": None,
+        "stop_reason": "end_turn",
+        "checkpoint": None,
+        "interrupts": None,
+        "metrics": {},
+        "state": {},
+        "error": None,
+        "metadata": metadata if metadata is not None else {},
+        "history": {
+            "versions": list(versions),
+            "next_before": next_before,
+            "oldest_kept": oldest_kept,
+        },
+    }
+    if version is not None:
+        body["version"] = version
     return ResultRecord.model_validate(body)
 
 

@@ -11,7 +11,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from service.wire.commands import CancelCommand, DeleteCommand, InvokeCommand, ResumeCommand
+from service.wire.commands import (
+    CancelCommand,
+    DeleteCommand,
+    ForkCommand,
+    HistoryCommand,
+    InvokeCommand,
+    ResumeCommand,
+)
 from service.wire.dlq import DlqHeaders
 from service.wire.events import EVENT_TYPES
 from service.wire.outcomes import ToolOutcomeAnswer, ToolOutcomeUnknownReason
@@ -25,6 +32,8 @@ MESSAGE_MODELS: dict[str, type[BaseModel]] = {
     "invoke": InvokeCommand,
     "resume": ResumeCommand,
     "delete": DeleteCommand,
+    "history": HistoryCommand,
+    "fork": ForkCommand,
     "cancel": CancelCommand,
     "agent_result": ResultRecord,
     **{f"event.{name}": model for name, model in EVENT_TYPES.items()},

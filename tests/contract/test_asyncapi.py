@@ -12,7 +12,7 @@ from jsonschema import Draft202012Validator
 
 CONTRACTS = Path(__file__).resolve().parents[2] / "contracts"
 CHANNELS = {
-    "commands": ("cairn.commands", "receive", {"invoke", "resume", "delete"}),
+    "commands": ("cairn.commands", "receive", {"invoke", "resume", "delete", "history", "fork"}),
     "control": ("cairn.control", "receive", {"cancel"}),
     "results": ("cairn.results", "send", {"agent_result"}),
     "events": ("cairn.events", "send", None),

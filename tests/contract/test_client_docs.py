@@ -38,6 +38,8 @@ def test_the_guide_shows_the_same_commands_as_the_examples() -> None:
         "resume/interrupt-answers.json",
         "resume/tool-outcome-result.json",
         "delete/session.json",
+        "history/newest.json",
+        "fork/at-version.json",
     ):
         example = orjson.loads((REPO / "contracts" / "examples" / rel).read_bytes())
         shown = [

@@ -83,6 +83,8 @@ ROUND_TRIPS: dict[str, Callable[[bytes], Any]] = {
     "invoke": lambda v: orjson.loads(encode(decode_command(v))),
     "resume": lambda v: orjson.loads(encode(decode_command(v))),
     "delete": lambda v: orjson.loads(encode(decode_command(v))),
+    "history": lambda v: orjson.loads(encode(decode_command(v))),
+    "fork": lambda v: orjson.loads(encode(decode_command(v))),
     "cancel": lambda v: orjson.loads(encode(decode_control(v))),
     "agent_result": lambda v: orjson.loads(encode(decode_result(v))),
     "dlq_headers": _headers_round_trip,

@@ -105,9 +105,9 @@ def test_every_engine_result_and_state_satisfies_the_published_schemas(
         assert not errors, errors[0].message
 
 
-WRITTEN_WHEN_SET = {"metadata_truncated", "cancel", "deleted"}
+WRITTEN_WHEN_SET = {"metadata_truncated", "cancel", "deleted", "version", "forked_from", "history"}
 """Result fields absent unless they say something: a truncated echo, a cancel's or a delete's
-report."""
+report, the session's version, a fork's origin, a history page."""
 
 
 def test_fast_encoding_equals_the_pydantic_dump(
