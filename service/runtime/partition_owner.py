@@ -196,6 +196,8 @@ class PartitionOwner:
                 self.error = group.exceptions[0]
                 self.exit = OwnerExit.FAILED
         finally:
+            # An ended owner takes nothing more, whoever still holds it.
+            self._accepting = False
             self._ctx.inflight.count -= self._accepted - self._finished
             self._accepted = self._finished
             if self._table is not None:

@@ -66,8 +66,8 @@ class Changelog(Protocol):
 
 
 class Sessions(Protocol):
-    """What a partition owner reads of the sessions topic: its restore, and the transactions
-    left open on the partitions it writes (``SessionsReader``; an in-memory one in the unit
+    """What a partition owner reads of the sessions topic: its restore, the transactions left
+    open on the partitions it writes, and the records of a fork's source session (``SessionsReader``; an in-memory one in the unit
     tests)."""
 
     async def restore(
@@ -79,6 +79,8 @@ class Sessions(Protocol):
     ) -> dict[TopicPartition, tuple[int, int]]: ...
 
     async def read_open(self, tp: TopicPartition, start: int, end: int) -> list[OutRecord]: ...
+
+    async def session_records(self, session_id: str) -> dict[bytes, bytes]: ...
 
 
 class SessionsReader:

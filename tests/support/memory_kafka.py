@@ -39,6 +39,7 @@ from service.runtime.restore import ChangelogRecord, catch_up
 from service.runtime.transport import Delivery, GroupFencedError, GroupOffsets, TxnProducer
 from service.runtime.txn_offset_commit import Membership
 from service.runtime.work import InputRecord, Origin, OutRecord
+from service.sessions import history
 from service.sessions.store import SessionStore, event_seq_header
 from service.sessions.table import Table
 
@@ -64,7 +65,12 @@ INPUT_CALLS = (
     "input.seek",
     "input.beginning_offsets",
 )
-SESSIONS_CALLS = ("sessions.restore", "sessions.stable_and_end", "sessions.read_open")
+SESSIONS_CALLS = (
+    "sessions.restore",
+    "sessions.stable_and_end",
+    "sessions.read_open",
+    "sessions.session_records",
+)
 CHANGELOG_CALLS = ("bounds", "batch")
 
 INJECTION_POINTS: dict[str, tuple[str, ...]] = {
@@ -570,6 +576,24 @@ class MemorySessions:
             OutRecord(tp.topic, e.record.key, e.record.value, list(e.record.headers), tp.partition)
             for e in self.kafka.logs[(tp.topic, tp.partition)][start:end]
         ]
+
+    async def session_records(self, session_id: str) -> dict[bytes, bytes]:
+        await self.kafka.enter("sessions", "sessions.session_records")
+        head, mine = session_id.encode(), history.prefix(session_id)
+        found: dict[bytes, bytes] = {}
+        for (topic, _), log in self.kafka.logs.items():
+            if topic != self.topic:
+                continue
+            for entry in log:
+                key, value = entry.record.key, entry.record.value
+                if entry.state != "committed" or key is None:
+                    continue
+                if key == head or key.startswith(mine):
+                    if value is None:
+                        found.pop(key, None)
+                    else:
+                        found[key] = value
+        return found
 
 
 class _LogChangelog:

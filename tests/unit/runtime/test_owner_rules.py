@@ -324,7 +324,10 @@ async def test_records_below_the_start_and_records_fetched_again_are_taken_once(
     kafka.committed[COMMANDS_0] = (2, OLD)
     async with Instance(kafka, tmp_path) as instance:
         owner, task = instance.owner()
-        await until(lambda: committed(kafka) == 5, "the commands after the start")
+        await until(
+            lambda: committed(kafka) == 5 and instance.inflight.count == 0,
+            "the commands after the start, committed and released",
+        )
         for offset in (0, 1, 3, 4):  # below the start, then fetched again after a seek
             body = command(offset)
             owner.accept(
@@ -413,6 +416,34 @@ async def test_a_stop_whose_steps_finish_within_the_grace_period_commits_them(
             assert await task is OwnerExit.STOPPED
     assert committed(kafka) == 2
     assert answered(kafka) == Counter({"c0": 1, "c1": 1})
+
+
+async def test_a_failed_read_of_a_fork_source_answers_the_fork_and_the_partition_goes_on(
+    tmp_path: Path,
+) -> None:
+    kafka = MemoryKafka()
+    fork = {
+        "type": "fork",
+        "schema_version": 1,
+        "command_id": "f0",
+        "session_id": "copy",
+        "source_session_id": "s0",
+        "version": 1,
+    }
+    put(kafka, command(0), fork, command(1))
+    kafka.fail("sessions.session_records", KafkaConnectionError("source read failed"))
+    async with Instance(kafka, tmp_path) as instance:
+        owner, task = instance.owner()
+        await until(lambda: committed(kafka) == 3, "every command committed")
+        assert await instance.stop(owner, task) is OwnerExit.STOPPED
+    assert answered(kafka) == Counter({"c0": 1, "f0": 1, "c1": 1})
+    results = {
+        r["command_id"]: r
+        for r in (orjson.loads(v) for v in kafka.visible(TOPICS.results) if v is not None)
+    }
+    assert results["f0"]["stop_reason"] == "error"
+    assert results["f0"]["error"]["code"] == "internal"
+    assert "source read failed" in results["f0"]["error"]["message"]
 
 
 OWNER_CALLS = (
