@@ -98,6 +98,9 @@ ERROR_MESSAGES: dict[ErrorCode, str] = {
     "no_pending_interrupt": "interrupt answers arrived but nothing is pending",
     "unknown_interrupt": "interrupt 'v1:tool_call:x:y' is not pending",
     "model_error": "model provider failed: 503 Service Unavailable",
+    "context_overflow": "the model's context window is exceeded and the context cannot be "
+    "reduced further (strategy sliding_window, 3 messages sent): anthropic: HTTP 400 "
+    "invalid_request_error: prompt is too long: 212731 tokens > 200000 maximum",
     "limit_exceeded": "the turn exceeded max_cycles=8",
     "internal": "internal error; the command was not applied",
 }

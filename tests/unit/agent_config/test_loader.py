@@ -227,6 +227,7 @@ def test_describe_agents_lists_what_is_hosted(tmp_path: Path) -> None:
         "executor": "concurrent",
         "checkpointing": True,
         "limits": {"max_cycles": 8, "max_tokens": None, "deadline_s": 120.0},
+        "context": {"strategy": "sliding_window", "max_messages": 40},
     }
     assert described[1]["provider"] == "anthropic"
 
