@@ -111,7 +111,8 @@ async def run_invocation(
                 # A summarizer cut short by a cancel is the cancel, not a failure.
                 cancelled = cancel_signal.immediate
                 failure = None if cancelled else exc
-            if failure is None and not cancelled:
+            called = failure is None and not cancelled
+            if called:
                 if hooks.has(BeforeModelCallEvent):
                     await hooks.fire(BeforeModelCallEvent(agent, ws.session_id, request))
                 metrics.cycles += 1
@@ -139,13 +140,13 @@ async def run_invocation(
                     failure = ModelError("model stream ended without a reply")
             if failure is not None:
                 metrics.model_ms += (time.perf_counter() - started) * 1000.0
-                if hooks.has(AfterModelCallEvent):
+                if called and hooks.has(AfterModelCallEvent):
                     await hooks.fire(AfterModelCallEvent(agent, ws.session_id, None, failure))
                 if isinstance(failure, ContextOverflowError) and not cancel_signal.immediate:
                     failure = await _reduce_or_fail(run, request, failure)
                     if failure is None:
                         # The same model call again, on the smaller view; not a new cycle.
-                        metrics.cycles -= 1
+                        metrics.cycles -= 1 if called else 0
                         continue
                 logger.warning(
                     "session_id=<%s>, error=<%s> | model call failed",
@@ -157,7 +158,7 @@ async def run_invocation(
                 return
             metrics.model_ms += (time.perf_counter() - started) * 1000.0
             if cancelled or reply is None:
-                if hooks.has(AfterModelCallEvent):
+                if called and hooks.has(AfterModelCallEvent):
                     await hooks.fire(AfterModelCallEvent(agent, ws.session_id, None, None, True))
                 yield await run.finish("cancelled", await run.cancel_message())
                 return

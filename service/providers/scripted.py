@@ -3,6 +3,8 @@
 Deterministic: in ``conversation`` mode the reply is picked from the conversation itself (the
 number of assistant messages since the last user text prompt), so one instance serves many
 sessions at once and a replay after a crash gets the same reply, with the same toolUseIds.
+It counts in what it is sent: once an agent's context window cuts into the current turn, a
+``Responder`` that decides from the request (the last tool result, say) replays more faithfully.
 It fails loudly (:class:`ScriptExhaustedError`) when asked for more than its script holds.
 With a ``context_window`` it refuses, as a real model does, a request of more messages than
 that with :class:`ContextOverflowError`.

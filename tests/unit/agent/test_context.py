@@ -17,7 +17,7 @@ from engine_helpers import add, check_history, invoke, resume
 from service.agent import context as ctx
 from service.agent.context import ContextPolicy, ContextState, build_view
 from service.agent.definition import AgentDefinition
-from service.agent.errors import ContextOverflowError
+from service.agent.errors import ContextOverflowError, ModelError
 from service.agent.provider import ModelRequest
 from service.agent.state import SessionState
 from service.agent.types import Message
@@ -261,6 +261,41 @@ async def test_overflow_that_cannot_be_reduced_ends_context_overflow_and_stays_r
     out = await invoke(bigger, state, resume(paused))
     assert out.stop == "checkpoint"
     assert out.checkpoint == {"position": "after_model", "cycle_index": 1, "schema_version": "1.0"}
+
+
+async def test_a_summary_too_long_for_the_summarizer_is_written_from_fewer_messages() -> None:
+    notes = AgentDefinition(
+        name="small-notes",
+        model=ScriptedModel(long_run, record=True, context_window=20),
+        system_prompt="You write summaries.",
+    )
+    agent = agent_with(ContextPolicy("summarize", max_messages=30, keep_recent=8, summarizer=notes))
+    out = await invoke(agent, SessionState(session_id="small-notes"), PROMPT)
+    assert out.stop == "end_turn"
+    requests = requests_of(agent)
+    assert len(requests) == CYCLES + 1
+    for request in requests:
+        check_request(request.messages)
+        assert len(request.messages) <= 30
+    model = notes.model
+    assert isinstance(model, ScriptedModel)
+    asked = [len(r.messages) for r in model.requests]
+    assert any(n > 20 for n in asked), "no summary request overflowed"
+    assert any(n <= 20 for n in asked)
+    # the refused summaries are not model calls of the agent: every cycle is counted once
+    assert out.result.metrics["invocation"]["cycles"] == CYCLES + 1
+
+
+async def test_a_failed_summary_ends_model_error_and_changes_no_view() -> None:
+    broken = AgentDefinition(
+        name="broken-notes", model=ScriptedModel([ModelError("summarizer down")])
+    )
+    agent = agent_with(ContextPolicy("summarize", max_messages=5, keep_recent=2, summarizer=broken))
+    out = await invoke(agent, SessionState(session_id="broken"), PROMPT)
+    assert out.stop == "error"
+    assert out.result.error is not None and out.result.error.code == "model_error"
+    assert out.state.context is None
+    assert len(out.state.messages) == 7, "the history is kept"
 
 
 async def test_strategy_none_does_not_reduce_on_overflow() -> None:
