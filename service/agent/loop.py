@@ -3,7 +3,10 @@
 Guarantees: a rejected input raises an EngineError before the first event and changes nothing;
 the given state is never mutated; the last event is always :class:`Stopped` with a state whose
 history is valid (roles alternate, every toolUse has exactly one toolResult once no batch is
-pending); boundaries passed without pausing are reported as :class:`Boundary` events.
+pending); boundaries passed without pausing are reported as :class:`Boundary` events. The
+model is sent the agent's view of the history (:mod:`service.agent.context`), never the history
+edited; a context overflow shrinks that view and repeats the same call, until the call fits or
+nothing more can be cut (then the invocation ends ``context_overflow``, its pause kept).
 """
 
 from __future__ import annotations
@@ -146,7 +149,8 @@ async def run_invocation(
                     failure = await _reduce_or_fail(run, request, failure)
                     if failure is None:
                         # The same model call again, on the smaller view; not a new cycle.
-                        metrics.cycles -= 1 if called else 0
+                        if called:
+                            metrics.cycles -= 1
                         continue
                 logger.warning(
                     "session_id=<%s>, error=<%s> | model call failed",

@@ -237,7 +237,20 @@ def approve(step: int, context: ToolContext) -> str:
     return f"approved: {answer}"
 
 
+def whole_history(agents: Mapping[str, AgentDefinition]) -> dict[str, AgentDefinition]:
+    """The agents with the whole history in view: their models count their position (turn,
+    reply index) in the conversation they are sent, which a window would cut."""
+    for agent in agents.values():
+        if agent.name != "windowed":
+            agent.context = ContextPolicy("none")
+    return dict(agents)
+
+
 def registry() -> Mapping[str, AgentDefinition]:
+    return whole_history(_agents())
+
+
+def _agents() -> Mapping[str, AgentDefinition]:
     return {
         "simple": AgentDefinition(name="simple", model=CycleModel(0)),
         "cycles": AgentDefinition(name="cycles", model=CycleModel(2), tools=[record]),
