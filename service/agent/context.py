@@ -145,8 +145,8 @@ def can_start(messages: Sequence[Message], i: int) -> bool:
 def view_size(messages: Sequence[Message], start: int, summary: bool) -> int:
     """Messages in the view that starts at ``start``: the opening user text adds one message
     when the view would otherwise start on an assistant message."""
-    if start == 0 and not summary:
-        return len(messages)
+    if (start == 0 and not summary) or start >= len(messages):
+        return len(messages)  # the whole history, as build_view sends it
     opens_on_assistant = messages[start].get("role") == "assistant"
     return len(messages) - start + (1 if opens_on_assistant else 0)
 

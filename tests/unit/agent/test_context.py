@@ -407,3 +407,10 @@ def test_a_state_without_a_view_keeps_the_earlier_layout() -> None:
 def test_an_overflow_error_is_a_model_error_with_its_own_code() -> None:
     error = ContextOverflowError("too long")
     assert error.code == "context_overflow"
+
+
+def test_a_view_starting_past_the_history_sends_the_whole_history() -> None:
+    beyond = ContextState(len(HISTORY) + 3)
+    assert build_view(HISTORY, beyond) == HISTORY
+    assert ctx.view_size(HISTORY, beyond.start, False) == len(HISTORY)
+    assert ctx.smaller_start(HISTORY, beyond) is None
