@@ -17,7 +17,16 @@ import orjson
 if TYPE_CHECKING:
     from service.cli import Subparsers
 
-_COLUMNS = ("name", "provider", "model", "tools", "executor", "checkpointing", "limits")
+_COLUMNS = (
+    "name",
+    "provider",
+    "model",
+    "tools",
+    "executor",
+    "checkpointing",
+    "limits",
+    "context",
+)
 
 
 def _tool(name: str, policy: Mapping[str, Any]) -> str:
@@ -38,6 +47,12 @@ def _cell(key: str, row: Mapping[str, Any]) -> str:
         return ", ".join(_tool(name, row["tool_policies"][name]) for name in value) or "-"
     if key == "limits":
         return ",".join(f"{k}={v}" for k, v in value.items() if v is not None) or "-"
+    if key == "context":
+        # ``summarize(40,keep=10,by=notes)``, ``sliding_window(40)``, ``none``
+        notes = [str(value[k]) for k in ("max_messages",) if k in value]
+        notes += [f"keep={value['keep_recent']}"] if "keep_recent" in value else []
+        notes += [f"by={value['summarizer']}"] if value.get("summarizer") else []
+        return f"{value['strategy']}({','.join(notes)})" if notes else str(value["strategy"])
     return "-" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 

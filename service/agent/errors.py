@@ -85,6 +85,16 @@ class ModelError(EngineError):
         self.retryable = retryable
 
 
+class ContextOverflowError(ModelError):
+    """The model refused the request because its context window is exceeded.
+
+    Providers raise it for their own overflow shape; the engine reduces the context by the
+    agent's strategy and retries, and reports this code when nothing more can be reduced.
+    """
+
+    code = "context_overflow"
+
+
 class LimitExceededError(EngineError):
     code = "limit_exceeded"
 

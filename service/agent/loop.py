@@ -3,7 +3,10 @@
 Guarantees: a rejected input raises an EngineError before the first event and changes nothing;
 the given state is never mutated; the last event is always :class:`Stopped` with a state whose
 history is valid (roles alternate, every toolUse has exactly one toolResult once no batch is
-pending); boundaries passed without pausing are reported as :class:`Boundary` events.
+pending); boundaries passed without pausing are reported as :class:`Boundary` events. The
+model is sent the agent's view of the history (:mod:`service.agent.context`), never the history
+edited; a context overflow shrinks that view and repeats the same call, until the call fits or
+nothing more can be cut (then the invocation ends ``context_overflow``, its pause kept).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from collections.abc import AsyncIterator
 
 from service.agent.cancel import CancelSignal
 from service.agent.definition import AgentDefinition
-from service.agent.errors import ModelError
+from service.agent.errors import ContextOverflowError, ModelError
 from service.agent.events import (
     CheckpointReached,
     Event,
@@ -94,46 +97,61 @@ async def run_invocation(
                 yield await run.finish("cancelled", await run.cancel_message())
                 return
             request = ModelRequest(
-                messages=list(ws.messages),
+                messages=[],
                 system_prompt=agent.system_prompt,
                 tool_specs=agent.tool_specs,
                 cancel=cancel_signal,
                 deadline=run.model_deadline(limits),
                 session_id=ws.session_id,
             )
-            if hooks.has(BeforeModelCallEvent):
-                await hooks.fire(BeforeModelCallEvent(agent, ws.session_id, request))
-            metrics.cycles += 1
             started = time.perf_counter()
             reply: ModelReply | None = None
             cancelled = False
             failure: ModelError | None = None
-            stream = agent.model.stream(request)
             try:
-                async for chunk in stream:
-                    # Only an immediate cancel cuts the stream; a deferred one waits for tools.
-                    if cancel_signal.immediate:
-                        cancelled = True
-                        break
-                    if isinstance(chunk, TextDelta):
-                        yield ModelTextDelta(chunk.text)
-                    elif chunk.stop_reason == "cancelled":
-                        cancelled = True
-                        break
-                    else:
-                        reply = chunk
+                request.messages = await run.context_view(request)
             except ModelError as exc:
-                failure = exc
-            finally:
-                aclose = getattr(stream, "aclose", None)
-                if aclose is not None:
-                    await aclose()
-            if failure is None and reply is None and not cancelled:
-                failure = ModelError("model stream ended without a reply")
+                # A summarizer cut short by a cancel is the cancel, not a failure.
+                cancelled = cancel_signal.immediate
+                failure = None if cancelled else exc
+            called = failure is None and not cancelled
+            if called:
+                if hooks.has(BeforeModelCallEvent):
+                    await hooks.fire(BeforeModelCallEvent(agent, ws.session_id, request))
+                metrics.cycles += 1
+                stream = agent.model.stream(request)
+                try:
+                    async for chunk in stream:
+                        # Only an immediate cancel cuts the stream; a deferred one waits.
+                        if cancel_signal.immediate:
+                            cancelled = True
+                            break
+                        if isinstance(chunk, TextDelta):
+                            yield ModelTextDelta(chunk.text)
+                        elif chunk.stop_reason == "cancelled":
+                            cancelled = True
+                            break
+                        else:
+                            reply = chunk
+                except ModelError as exc:
+                    failure = exc
+                finally:
+                    aclose = getattr(stream, "aclose", None)
+                    if aclose is not None:
+                        await aclose()
+                if failure is None and reply is None and not cancelled:
+                    failure = ModelError("model stream ended without a reply")
             if failure is not None:
                 metrics.model_ms += (time.perf_counter() - started) * 1000.0
-                if hooks.has(AfterModelCallEvent):
+                if called and hooks.has(AfterModelCallEvent):
                     await hooks.fire(AfterModelCallEvent(agent, ws.session_id, None, failure))
+                if isinstance(failure, ContextOverflowError) and not cancel_signal.immediate:
+                    failure = await _reduce_or_fail(run, request, failure)
+                    if failure is None:
+                        # The same model call again, on the smaller view; not a new cycle.
+                        if called:
+                            metrics.cycles -= 1
+                        continue
                 logger.warning(
                     "session_id=<%s>, error=<%s> | model call failed",
                     ws.session_id,
@@ -144,7 +162,7 @@ async def run_invocation(
                 return
             metrics.model_ms += (time.perf_counter() - started) * 1000.0
             if cancelled or reply is None:
-                if hooks.has(AfterModelCallEvent):
+                if called and hooks.has(AfterModelCallEvent):
                     await hooks.fire(AfterModelCallEvent(agent, ws.session_id, None, None, True))
                 yield await run.finish("cancelled", await run.cancel_message())
                 return
@@ -232,3 +250,20 @@ async def run_invocation(
         last_batch = message
         cycle += 1
         step = "model"
+
+
+async def _reduce_or_fail(
+    run: InvocationRun, request: ModelRequest, overflow: ContextOverflowError
+) -> ModelError | None:
+    """None once the view was reduced (the call is retried), else the failure to report."""
+    try:
+        if await run.reduce_context(request):
+            return None
+    except ModelError as exc:
+        return exc
+    policy = run.agent.context
+    return ContextOverflowError(
+        f"the model's context window is exceeded and the context cannot be reduced further "
+        f"(strategy {policy.strategy}, {len(request.messages)} messages sent): "
+        f"{overflow.message}"
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 
+from service.agent import context as ctx
 from service.agent.cancel import CancelSignal
 from service.agent.definition import AgentDefinition
 from service.agent.events import Boundary, Stopped, ToolLedger
@@ -17,6 +18,7 @@ from service.agent.hooks import AfterInvocationEvent, MessageAddedEvent
 from service.agent.invocation import Invocation, Plan
 from service.agent.messages import append_message, results_message, tool_uses
 from service.agent.metrics import InvocationMetrics, add_to_turn, turn_cycles, turn_tokens
+from service.agent.provider import ModelRequest
 from service.agent.results import ABANDONED_TEXT
 from service.agent.state import Inflight, SessionState
 from service.agent.storable import StateGuard
@@ -219,6 +221,67 @@ class InvocationRun:
         ):
             return p.checkpoint
         return None
+
+    async def context_view(self, request: ModelRequest) -> list[Message]:
+        """The messages of the next model call, by the agent's context policy.
+
+        Moves the session's view forward first when the policy asks for it (a window that
+        slid, a summary written); what it decides is kept in the session state, so the same
+        history gives the same view after a resume on any instance. A summarizer failure
+        raises :class:`ModelError`.
+        """
+        policy, ws = self.agent.context, self.ws
+        if policy.strategy == "none":
+            return list(ws.messages)
+        state = ws.context or ctx.ContextState()
+        summary = state.summary is not None
+        if policy.strategy == "sliding_window":
+            start = ctx.window_start(ws.messages, state, policy.max_messages, summary)
+            if start is not None and start > state.start:
+                ws.context = ctx.ContextState(start, None)
+        elif ctx.view_size(ws.messages, state.start, summary) > policy.max_messages:
+            end = ctx.summary_start(ws.messages, state, policy.keep_recent)
+            if end is not None:
+                await self._summarize(state, end, request)
+        return ctx.build_view(ws.messages, ws.context)
+
+    async def reduce_context(self, request: ModelRequest) -> bool:
+        """Shrink the view after the model's context overflowed; False when it cannot shrink."""
+        policy, ws = self.agent.context, self.ws
+        if policy.strategy == "none":
+            return False
+        state = ws.context or ctx.ContextState()
+        start = ctx.smaller_start(ws.messages, state)
+        if start is None:
+            return False
+        if policy.strategy == "sliding_window":
+            ws.context = ctx.ContextState(start, None)
+        else:
+            await self._summarize(state, start, request)
+        logger.info(
+            "session_id=<%s>, strategy=<%s>, start=<%d>, messages=<%d> | context reduced",
+            ws.session_id,
+            policy.strategy,
+            start,
+            len(ws.messages),
+        )
+        return True
+
+    async def _summarize(self, state: ctx.ContextState, end: int, request: ModelRequest) -> None:
+        policy, ws = self.agent.context, self.ws
+        helper = policy.summarizer
+        model = helper.model if helper is not None else self.agent.model
+        prompt = helper.system_prompt if helper is not None else None
+        asked = ctx.summary_request(ws.messages, state, end)
+        blocks, usage = await ctx.write_summary(model, prompt, asked, request)
+        self.metrics.usage.add(usage)
+        ws.context = ctx.ContextState(end, blocks)
+        logger.info(
+            "session_id=<%s>, summarized=<%d>, start=<%d> | context summarized",
+            ws.session_id,
+            end - state.start,
+            end,
+        )
 
     def boundary(self, position: str, cycle: int) -> Boundary:
         self.ws.inflight = Inflight(self.invocation.command_id, position, cycle, False)

@@ -14,6 +14,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.agent.context import ContextState
 from service.agent.types import Checkpoint, ContentBlock, Interrupt, Message
 
 SESSION_STATE_VERSION = 2
@@ -126,6 +127,9 @@ class SessionState:
     """Checkpointing of the current turn, so resumes need not repeat it."""
     turn_limits: dict[str, Any] | None = None
     """Limits of the current turn (``Limits.to_dict`` form), so resumes need not repeat them."""
+    context: ContextState | None = None
+    """Where the model's view of the history starts, and the summary of what is before it;
+    None while the model sees the whole history."""
 
     @property
     def interrupted(self) -> bool:
@@ -154,10 +158,15 @@ class SessionState:
             schema_version=self.schema_version,
             turn_checkpointing=self.turn_checkpointing,
             turn_limits=dict(self.turn_limits) if self.turn_limits is not None else None,
+            context=(
+                ContextState(self.context.start, self.context.summary)
+                if self.context is not None
+                else None
+            ),
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "schema_version": self.schema_version,
             "session_id": self.session_id,
             "agent": self.agent,
@@ -172,6 +181,10 @@ class SessionState:
             "turn_checkpointing": self.turn_checkpointing,
             "turn_limits": self.turn_limits,
         }
+        if self.context is not None:
+            # Only once the view was reduced; states without it keep the earlier layout exactly.
+            data["context"] = self.context.to_dict()
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SessionState:
@@ -179,6 +192,7 @@ class SessionState:
         checkpoint = data.get("checkpoint")
         pending = data.get("pending")
         inflight = data.get("inflight")
+        context = data.get("context")
         return cls(
             schema_version=int(data.get("schema_version", SESSION_STATE_VERSION)),
             session_id=data["session_id"],
@@ -193,4 +207,5 @@ class SessionState:
             turn_started_at=data.get("turn_started_at"),
             turn_checkpointing=data.get("turn_checkpointing"),
             turn_limits=data.get("turn_limits"),
+            context=ContextState.from_dict(context) if context else None,
         )

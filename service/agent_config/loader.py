@@ -7,6 +7,7 @@ only from ``env`` and are neither logged nor returned by :func:`describe_agents`
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import tomllib
 from collections.abc import Mapping
@@ -16,6 +17,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from service.agent.context import ContextPolicy
 from service.agent.definition import AgentDefinition
 from service.agent.hooks import HookProvider
 from service.agent.provider import ModelProvider
@@ -123,6 +125,8 @@ def load_agents_file(path: Path, env: Mapping[str, str]) -> dict[str, AgentDefin
             agents[spec.name] = build_agent(spec, env, f"{path}: agent {spec.name!r}")
         except AgentConfigError as exc:
             problems.extend(exc.problems)
+    for spec in specs:
+        problems.extend(_attach_summarizer(spec, agents, f"{path}: agent {spec.name!r}"))
     if problems:
         raise AgentConfigError(*problems)
     return agents
@@ -160,9 +164,36 @@ def build_agent(spec: AgentSpec, env: Mapping[str, str], where: str) -> AgentDef
             hooks=hooks,
             checkpointing=spec.checkpointing,
             limits=Limits(**spec.limits.model_dump()),
+            context=_context_policy(spec),
         )
     except ValueError as exc:
         raise AgentConfigError(f"{where}: {exc}") from None
+
+
+def _attach_summarizer(
+    spec: AgentSpec, agents: dict[str, AgentDefinition], where: str
+) -> list[str]:
+    """Give the agent the summarizer its file names (another agent of the same file); an
+    agent of the file that could not be built has its own problems reported already."""
+    name = spec.context.summarizer
+    agent = agents.get(spec.name)
+    if name is None or agent is None:
+        return []
+    if name == spec.name:
+        return [f"{where}: context summarizer must be another agent, not the agent itself"]
+    summarizer = agents.get(name)
+    if summarizer is None:
+        return [f"{where}: context summarizer {name!r} is not a valid agent of this file"]
+    agent.context = dataclasses.replace(agent.context, summarizer=summarizer)
+    return []
+
+
+def _context_policy(spec: AgentSpec) -> ContextPolicy:
+    """The agent's policy without its summarizer, attached once every agent is built."""
+    written = spec.context.model_dump(exclude_none=True, exclude={"summarizer"})
+    if spec.context.summarizer is not None and spec.context.strategy != "summarize":
+        raise ValueError("a context summarizer needs strategy 'summarize'")
+    return ContextPolicy(**written)
 
 
 def describe_agents(agents: Mapping[str, AgentDefinition]) -> list[dict[str, Any]]:
@@ -181,6 +212,7 @@ def describe_agents(agents: Mapping[str, AgentDefinition]) -> list[dict[str, Any
                 "executor": agent.executor,
                 "checkpointing": agent.checkpointing,
                 "limits": agent.limits.to_dict(),
+                "context": agent.context.describe(),
             }
         )
     return out

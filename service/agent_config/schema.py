@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from service.agent.context import Strategy
 from service.agent.tools import Effect
 
 ProviderKind = Literal["openai_compat", "anthropic"]
@@ -24,6 +25,20 @@ class LimitsSpec(BaseModel):
     max_cycles: int | None = Field(default=None, gt=0)
     max_tokens: int | None = Field(default=None, gt=0)
     deadline_s: float | None = Field(default=None, gt=0)
+
+
+class ContextSpec(BaseModel):
+    """``context = { strategy = "summarize", max_messages = 40, keep_recent = 10,
+    summarizer = "other-agent" }``; only the keys written count, the rest are the defaults
+    of :class:`~service.agent.context.ContextPolicy`, which checks the values."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    strategy: Strategy = "sliding_window"
+    max_messages: int | None = None
+    keep_recent: int | None = None
+    summarizer: str | None = Field(default=None, min_length=1)
+    """The name of another agent of the file whose model and system prompt write summaries."""
 
 
 class ProviderSpec(BaseModel):
@@ -93,6 +108,13 @@ class AgentSpec(BaseModel):
     executor: Literal["sequential", "concurrent"] = "sequential"
     checkpointing: bool = False
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
+    context: ContextSpec = Field(default_factory=ContextSpec)
+
+    @field_validator("context", mode="before")
+    @classmethod
+    def _context_by_name(cls, value: Any) -> Any:
+        # ``context = "none"`` is short for ``context = { strategy = "none" }``.
+        return {"strategy": value} if isinstance(value, str) else value
 
     @field_validator("tools", mode="before")
     @classmethod

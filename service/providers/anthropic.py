@@ -11,6 +11,7 @@ from typing import Any
 
 from service.agent.provider import ModelRequest
 from service.providers.anthropic_mapping import (
+    PROMPT_TOO_LONG,
     AnthropicReplyBuilder,
     to_anthropic_messages,
     to_anthropic_tools,
@@ -95,6 +96,9 @@ class AnthropicProvider(SdkStreamingProvider):
                 retryable=status_is_retryable(exc.status_code, headers.get("x-should-retry")),
                 message=f"HTTP {exc.status_code} {kind}: {text}",
                 retry_after=parse_retry_after(headers),
+                overflow=exc.status_code == 400
+                and kind == "invalid_request_error"
+                and text.lower().startswith(PROMPT_TOO_LONG),
             )
         if isinstance(exc, anthropic.APIConnectionError) or is_transport_error(exc):
             return Failure(retryable=True, message=f"connection failed: {exc}")

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.agent.errors import ModelError
+from service.agent.errors import ContextOverflowError, ModelError
 from service.agent.provider import ModelReply, ToolSpec
 from service.agent.types import Message, StopReason, Usage
 from service.providers.content import (
@@ -31,9 +31,12 @@ STOP_REASONS: dict[str, StopReason] = {
     "max_tokens": "max_tokens",
     "stop_sequence": "stop_sequence",
     "refusal": "content_filtered",
-    "model_context_window_exceeded": "max_tokens",
     "pause_turn": "end_turn",
 }
+
+CONTEXT_WINDOW_EXCEEDED = "model_context_window_exceeded"
+PROMPT_TOO_LONG = "prompt is too long"
+"""How the 400 ``invalid_request_error`` of a request beyond the context window begins."""
 
 _SKIPPED_BLOCKS = frozenset({"cachePoint"})
 
@@ -239,6 +242,12 @@ class AnthropicReplyBuilder:
     def build(self) -> ModelReply:
         if self.stop_reason is None:
             raise TruncatedStreamError("stream ended before message_delta gave a stop reason")
+        if self.stop_reason == CONTEXT_WINDOW_EXCEEDED:
+            # The reply filled what was left of the context window: the request must shrink.
+            raise ContextOverflowError(
+                f"anthropic: stop reason {CONTEXT_WINDOW_EXCEEDED}: the reply reached the end "
+                "of the model's context window"
+            )
         stop_reason = STOP_REASONS.get(self.stop_reason)
         if stop_reason is None:
             logger.warning("stop_reason=<%s> | unknown stop reason, ending turn", self.stop_reason)

@@ -12,7 +12,12 @@ from typing import Any
 from service.agent.provider import ModelRequest
 from service.providers.config import OpenAICompatConfig
 from service.providers.extras import import_sdk
-from service.providers.openai_mapping import ChatReplyBuilder, to_chat_messages, to_chat_tools
+from service.providers.openai_mapping import (
+    ChatReplyBuilder,
+    is_context_overflow,
+    to_chat_messages,
+    to_chat_tools,
+)
 from service.providers.retry import (
     Failure,
     is_transport_error,
@@ -88,6 +93,7 @@ class OpenAICompatProvider(SdkStreamingProvider):
                 retryable=status_is_retryable(exc.status_code, headers.get("x-should-retry")),
                 message=f"HTTP {exc.status_code}: {_error_text(exc)}",
                 retry_after=parse_retry_after(headers),
+                overflow=is_context_overflow(exc.body, exc.status_code),
             )
         if isinstance(exc, openai.APIConnectionError) or is_transport_error(exc):
             return Failure(retryable=True, message=f"connection failed: {exc}")
@@ -97,6 +103,7 @@ class OpenAICompatProvider(SdkStreamingProvider):
             return Failure(
                 retryable=kind in _RETRYABLE_STREAM_ERRORS,
                 message=f"stream error {kind}: {_error_text(exc)}",
+                overflow=is_context_overflow(body, 400),
             )
         if isinstance(exc, openai.OpenAIError):
             return Failure(retryable=False, message=str(exc))

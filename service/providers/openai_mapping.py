@@ -217,3 +217,22 @@ class ChatReplyBuilder:
             stop_reason=stop_reason,
             usage=self.usage,
         )
+
+
+CONTEXT_OVERFLOW_CODE = "context_length_exceeded"
+_OVERFLOW_TEXT = "maximum context length"
+"""What servers that send no code (vLLM, some proxies) say in a 400 for the same failure."""
+
+
+def is_context_overflow(body: object, status: int) -> bool:
+    """Whether an error body is the context-overflow failure: the ``context_length_exceeded``
+    code (the SDK gives the ``error`` object as the body), or, from a server that sets no
+    code, a 400 whose message names the model's maximum context length."""
+    if not isinstance(body, dict):
+        return False
+    inner = body.get("error")
+    error: dict[str, object] = inner if isinstance(inner, dict) else body
+    if error.get("code") == CONTEXT_OVERFLOW_CODE:
+        return True
+    message = error.get("message")
+    return status == 400 and isinstance(message, str) and _OVERFLOW_TEXT in message.lower()

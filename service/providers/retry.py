@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from service.agent.errors import ModelError
+from service.agent.errors import ContextOverflowError, ModelError
 from service.agent.provider import ModelChunk, ModelReply, ModelRequest
 from service.agent.types import Usage
 from service.providers.config import RetryConfig
@@ -34,6 +34,9 @@ class Failure:
     retryable: bool
     message: str
     retry_after: float | None = None
+    overflow: bool = False
+    """The request exceeds the model's context window: never retried as it is; the engine
+    reduces the context first."""
 
 
 Classifier = Callable[[Exception], Failure | None]
@@ -147,6 +150,8 @@ async def stream_with_retries(
             if failure is None:
                 raise
             message = redact(failure.message, secrets)
+            if failure.overflow:
+                raise ContextOverflowError(f"{provider}: {message}") from None
             if not failure.retryable:
                 raise ModelError(f"{provider}: {message}") from None
             delay = _retry_delay(failure, policy, retries, rng, request, provider, message)

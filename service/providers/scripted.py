@@ -3,7 +3,11 @@
 Deterministic: in ``conversation`` mode the reply is picked from the conversation itself (the
 number of assistant messages since the last user text prompt), so one instance serves many
 sessions at once and a replay after a crash gets the same reply, with the same toolUseIds.
+It counts in what it is sent: once an agent's context window cuts into the current turn, a
+``Responder`` that decides from the request (the last tool result, say) replays more faithfully.
 It fails loudly (:class:`ScriptExhaustedError`) when asked for more than its script holds.
+With a ``context_window`` it refuses, as a real model does, a request of more messages than
+that with :class:`ContextOverflowError`.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from service.agent.errors import ModelError, ScriptExhaustedError
+from service.agent.errors import ContextOverflowError, ModelError, ScriptExhaustedError
 from service.agent.provider import ModelChunk, ModelProvider, ModelReply, ModelRequest, TextDelta
 from service.agent.types import ContentBlock, Message, StopReason, Usage
 
@@ -95,12 +99,15 @@ class ScriptedModel(ModelProvider):
         latency: float = 0.0,
         usage: Usage | None = None,
         record: bool = False,
+        context_window: int | None = None,
     ) -> None:
         self._script = script
         self.mode = mode
         self.latency = latency
         self.usage = usage if usage is not None else Usage(input_tokens=10, output_tokens=5)
         self.record = record
+        self.context_window = context_window
+        """Most messages a request may hold; None for no bound."""
         self.calls = 0
         """Model requests opened so far (every mode)."""
         self.requests: list[ModelRequest] = []
@@ -155,6 +162,11 @@ class ScriptedModel(ModelProvider):
         self.calls += 1
         if self.record:
             self.requests.append(request)
+        window = self.context_window
+        if window is not None and len(request.messages) > window:
+            raise ContextOverflowError(
+                f"scripted: {len(request.messages)} messages exceed the context window of {window}"
+            )
         reply, _ = self._pick(request)
         await self._pause(reply.latency or self.latency, request)
         chunks = reply.chunks if reply.chunks is not None else ([reply.text] if reply.text else [])

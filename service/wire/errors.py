@@ -20,6 +20,7 @@ ErrorCode = Literal[
     "no_pending_interrupt",
     "unknown_interrupt",
     "model_error",
+    "context_overflow",
     "limit_exceeded",
     "version_unavailable",
     "session_exists",

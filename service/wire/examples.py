@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
+from service.agent.context import ContextState
 from service.agent.interrupts import tool_call_id
 from service.agent.state import PendingBatch, SessionState
 from service.agent.types import AgentResult, Checkpoint, ErrorInfo, Interrupt, Usage
@@ -107,6 +108,9 @@ ERROR_MESSAGES: dict[ErrorCode, str] = {
     "no_pending_interrupt": "interrupt answers arrived but nothing is pending",
     "unknown_interrupt": "interrupt 'v1:tool_call:x:y' is not pending",
     "model_error": "model provider failed: 503 Service Unavailable",
+    "context_overflow": "the model's context window is exceeded and the context cannot be "
+    "reduced further (strategy sliding_window, 3 messages sent): anthropic: HTTP 400 "
+    "invalid_request_error: prompt is too long: 212731 tokens > 200000 maximum",
     "limit_exceeded": "the turn exceeded max_cycles=8",
     "version_unavailable": "version 3 of session 'support-4711' is not kept (never reached, "
     "compacted away or deleted)",
@@ -569,6 +573,22 @@ def interrupted_state() -> SessionState:
 APPLIED_FOUR = ("cmd-0001", "cmd-0002", "cmd-0003", "cmd-0004")
 
 
+def summarized_state() -> SessionState:
+    """The interrupted session of a summarizing agent: the model sees a summary in place of
+    the customer's first message, then the rest of the history."""
+    state = interrupted_state()
+    state.context = ContextState(
+        start=1,
+        summary=[
+            {
+                "text": "* The customer asked where order 8812 is and for a refund of the "
+                "shipping fee if it is late."
+            }
+        ],
+    )
+    return state
+
+
 def _others() -> dict[str, tuple[str, Any]]:
     headers = dlq_headers(
         [("traceparent", b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")],
@@ -592,6 +612,12 @@ def _others() -> dict[str, tuple[str, Any]]:
             "session_state",
             SessionStateRecord.model_validate(
                 record_dict(interrupted_state(), Delivery(applied=APPLIED_FOUR))
+            ),
+        ),
+        "session_state/summarized-context": (
+            "session_state",
+            SessionStateRecord.model_validate(
+                record_dict(summarized_state(), Delivery(applied=APPLIED_FOUR))
             ),
         ),
     }

@@ -60,6 +60,16 @@ class TurnLimits(PartModel):
     deadline_s: float | None
 
 
+class ContextView(PartModel):
+    """Where the model's view of the history starts (the agent's context policy decides)."""
+
+    start: Annotated[int, Field(ge=0)]
+    """Index of the first message of ``messages`` the model sees."""
+    summary: list[WrittenBlock] | None
+    """The summary that replaces, in the model's view, the messages before ``start`` (the
+    content of a user message); null when they are only left out."""
+
+
 class SessionStateRecord(OutboundModel):
     """Everything a fresh process needs to continue a session exactly: the engine's state and,
     beside it, the runtime's delivery records (``applied_commands``, ``cancelled_before_ms``,
@@ -95,12 +105,14 @@ class SessionStateRecord(OutboundModel):
     commands; absent when no cancel was applied."""
     inflight_published_ms: Annotated[int, Field(ge=0)] | None = None
     """Publication time of the command ``inflight`` names; absent when unknown."""
+    context: ContextView | None = None
+    """What of the history the model sees; absent while it sees all of it."""
 
     @model_serializer(mode="wrap")
     def _omit_unset_optionals(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # Written only when set, as Delivery.record_fields does, so older layouts stay exact.
         data: dict[str, Any] = handler(self)
-        for key in ("cancelled_before_ms", "inflight_published_ms"):
+        for key in ("cancelled_before_ms", "inflight_published_ms", "context"):
             if data.get(key) is None:
                 data.pop(key, None)
         return data

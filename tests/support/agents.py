@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from service.agent.context import SUMMARY_PROMPT, ContextPolicy
 from service.agent.definition import AgentDefinition
 from service.agent.provider import ModelChunk, ModelProvider, ModelReply, ModelRequest, TextDelta
 from service.agent.tools import ToolContext, tool
@@ -87,6 +88,61 @@ class CycleModel(ModelProvider):
             stop_reason="end_turn",
             usage=Usage(10, 5),
         )
+
+
+class WindowModel(ModelProvider):
+    """``cycles`` tool calls of ``record``, then a text answer, decided from the request alone
+    (the last tool result names the step), so a windowed or summarized view changes nothing;
+    summaries when asked for one. Every request is logged whole, and kept in ``seen``."""
+
+    def __init__(self, cycles: int) -> None:
+        self.cycles = cycles
+        self.seen: list[list[dict[str, Any]]] = []
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        self.seen.append(request.messages)
+        summarizing = request.system_prompt == SUMMARY_PROMPT
+        _append(
+            "CAIRN_TEST_MODEL_LOG",
+            {
+                "session_id": request.session_id,
+                "pid": os.getpid(),
+                "summary": summarizing,
+                "messages": request.messages,
+            },
+        )
+        done = [
+            b["toolResult"]["toolUseId"]
+            for m in request.messages
+            for b in m.get("content") or []
+            if "toolResult" in b
+        ]
+        if summarizing:
+            text = "Summary: steps " + ", ".join(done) + " recorded."
+        else:
+            step = int(done[-1][1:]) + 1 if done else 0
+            if step < self.cycles:
+                tool_use = {"toolUseId": f"w{step}", "name": "record", "input": {"step": step}}
+                message = {"role": "assistant", "content": [{"toolUse": tool_use}]}
+                yield ModelReply(message=message, stop_reason="tool_use", usage=Usage(10, 5))
+                return
+            text = "all steps recorded"
+        yield ModelReply(
+            message={"role": "assistant", "content": [{"text": text}]},
+            stop_reason="end_turn",
+            usage=Usage(10, 5),
+        )
+
+
+def windowed() -> AgentDefinition:
+    """Six tool cycles under a small summarizing window: two summaries per turn."""
+    return AgentDefinition(
+        name="windowed",
+        model=WindowModel(6),
+        tools=[record],
+        checkpointing=True,
+        context=ContextPolicy("summarize", max_messages=5, keep_recent=2),
+    )
 
 
 def _record_call(name: str, step: int, context: ToolContext) -> None:
@@ -181,7 +237,20 @@ def approve(step: int, context: ToolContext) -> str:
     return f"approved: {answer}"
 
 
+def whole_history(agents: Mapping[str, AgentDefinition]) -> dict[str, AgentDefinition]:
+    """The agents with the whole history in view: their models count their position (turn,
+    reply index) in the conversation they are sent, which a window would cut."""
+    for agent in agents.values():
+        if agent.name != "windowed":
+            agent.context = ContextPolicy("none")
+    return dict(agents)
+
+
 def registry() -> Mapping[str, AgentDefinition]:
+    return whole_history(_agents())
+
+
+def _agents() -> Mapping[str, AgentDefinition]:
     return {
         "simple": AgentDefinition(name="simple", model=CycleModel(0)),
         "cycles": AgentDefinition(name="cycles", model=CycleModel(2), tools=[record]),
@@ -202,4 +271,5 @@ def registry() -> Mapping[str, AgentDefinition]:
         "approval": AgentDefinition(
             name="approval", model=CycleModel(1, "approve"), tools=[approve]
         ),
+        "windowed": windowed(),
     }

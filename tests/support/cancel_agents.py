@@ -15,7 +15,7 @@ from service.agent.definition import AgentDefinition
 from service.agent.provider import ModelChunk, ModelProvider, ModelReply, ModelRequest, TextDelta
 from service.agent.tools import ToolContext, tool
 from service.agent.types import Usage
-from tests.support.agents import CycleModel, _append, _position, _record_call
+from tests.support.agents import CycleModel, _append, _position, _record_call, whole_history
 from tests.support.agents import registry as base_registry
 
 CHUNKS = 400
@@ -65,10 +65,12 @@ async def wait_for_cancel(step: int, context: ToolContext) -> str:
 
 
 def registry() -> Mapping[str, AgentDefinition]:
-    return {
-        **base_registry(),
-        "drawl": AgentDefinition(name="drawl", model=DrawlModel()),
-        "patient": AgentDefinition(
-            name="patient", model=CycleModel(1, "wait_for_cancel"), tools=[wait_for_cancel]
-        ),
-    }
+    return whole_history(
+        {
+            **base_registry(),
+            "drawl": AgentDefinition(name="drawl", model=DrawlModel()),
+            "patient": AgentDefinition(
+                name="patient", model=CycleModel(1, "wait_for_cancel"), tools=[wait_for_cancel]
+            ),
+        }
+    )

@@ -18,7 +18,7 @@ from service.agent.definition import AgentDefinition
 from service.agent.provider import ModelChunk, ModelProvider, ModelReply, ModelRequest, TextDelta
 from service.agent.tools import ToolContext, tool
 from service.agent.types import Usage
-from tests.support.agents import _append, _position, _record_call
+from tests.support.agents import _append, _position, _record_call, whole_history
 from tests.support.agents import registry as base_registry
 
 
@@ -91,4 +91,4 @@ def registry() -> Mapping[str, AgentDefinition]:
             tools=[charge, fetch],
             executor=executor,  # type: ignore[arg-type]
         )
-    return agents
+    return whole_history(agents)

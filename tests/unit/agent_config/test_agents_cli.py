@@ -41,7 +41,7 @@ def test_lists_every_agent_as_a_table(
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0].split() == [
-        "NAME", "PROVIDER", "MODEL", "TOOLS", "EXECUTOR", "CHECKPOINTING", "LIMITS"
+        "NAME", "PROVIDER", "MODEL", "TOOLS", "EXECUTOR", "CHECKPOINTING", "LIMITS", "CONTEXT"
     ]  # fmt: skip
     assert lines[1].split() == [
         "local",
@@ -51,6 +51,7 @@ def test_lists_every_agent_as_a_table(
         "sequential",
         "false",
         "-",
+        "sliding_window(40)",
     ]
     assert lines[2].split()[:2] == ["writer", "anthropic"]
     assert "max_cycles=10" in lines[2]
@@ -109,8 +110,9 @@ def test_json_adds_tool_policies_beside_the_tool_names(
     [row] = json.loads(capsys.readouterr().out)
     assert list(row) == [
         "name", "provider", "model", "base_url", "tools", "tool_policies", "executor",
-        "checkpointing", "limits",
+        "checkpointing", "limits", "context",
     ]  # fmt: skip
+    assert row["context"] == {"strategy": "sliding_window", "max_messages": 40}
     assert row["tools"] == ["lookup_order", "pay", "refund", "add", "fetch_rates"]
     assert row["tool_policies"] == {
         "lookup_order": {"effect": "idempotent", "timeout_s": None, "retries": 0, "backoff_s": 1.0},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -227,6 +228,7 @@ def test_describe_agents_lists_what_is_hosted(tmp_path: Path) -> None:
         "executor": "concurrent",
         "checkpointing": True,
         "limits": {"max_cycles": 8, "max_tokens": None, "deadline_s": 120.0},
+        "context": {"strategy": "sliding_window", "max_messages": 40},
     }
     assert described[1]["provider"] == "anthropic"
 
@@ -257,3 +259,78 @@ def test_a_name_used_twice_is_reported_once_beside_other_problems(tmp_path: Path
         f"{tmp_path / 'agents.toml'}: agents: agent name 'support' is used twice"
     ]
     assert any("agents.0.limits.max_cycles" in p for p in problems)
+
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "docs" / "examples" / "long-conversations.toml"
+
+CONTEXT_AGENTS = """
+[[agents]]
+name = "a"
+model = "m"
+context = CONTEXT
+[agents.provider]
+type = "openai_compat"
+base_url = "http://127.0.0.1:8000/v1"
+
+[[agents]]
+name = "b"
+model = "m"
+system_prompt = "You summarize."
+[agents.provider]
+type = "openai_compat"
+base_url = "http://127.0.0.1:8000/v1"
+"""
+
+
+def test_the_documented_context_example_loads_with_its_summarizer() -> None:
+    agents = load_agents(EXAMPLE, ENV)
+    researcher = agents["researcher"].context
+    assert (researcher.strategy, researcher.max_messages, researcher.keep_recent) == (
+        "summarize",
+        30,
+        8,
+    )
+    assert researcher.summarizer is agents["notes"]
+    assert agents["notes"].context.strategy == "none"
+    assert agents["local-chat"].context.max_messages == 16
+
+
+@pytest.mark.parametrize(
+    ("context", "strategy", "max_messages"),
+    [
+        ('"none"', "none", 40),
+        ('{ strategy = "sliding_window", max_messages = 12 }', "sliding_window", 12),
+        ('{ strategy = "summarize", summarizer = "b" }', "summarize", 40),
+    ],
+)
+def test_context_in_an_agent_file(context: str, strategy: str, max_messages: int) -> None:
+    agents = _load_context(context)
+    policy = agents["a"].context
+    assert (policy.strategy, policy.max_messages) == (strategy, max_messages)
+    assert agents["b"].context.strategy == "sliding_window", "the default"
+    if strategy == "summarize":
+        assert policy.summarizer is agents["b"]
+
+
+def _load_context(context: str) -> dict[str, AgentDefinition]:
+    with tempfile.TemporaryDirectory() as folder:
+        return load_agents(write(Path(folder), CONTEXT_AGENTS.replace("CONTEXT", context)), {})
+
+
+@pytest.mark.parametrize(
+    ("context", "problem"),
+    [
+        ('"window"', "context.strategy"),
+        ('{ strategy = "summarize", summarizer = "c" }', "summarizer 'c' is not a valid agent"),
+        ('{ strategy = "summarize", summarizer = "a" }', "not the agent itself"),
+        ('{ summarizer = "b" }', "needs strategy 'summarize'"),
+        ('{ max_messages = "40" }', "context.max_messages"),
+        ("{ max_messages = 2 }", "at least 3"),
+        ('{ strategy = "summarize", keep_recent = 40 }', "between 1 and max_messages - 2"),
+        ("{ window = 40 }", "context.window"),
+    ],
+)
+def test_a_bad_context_is_refused(context: str, problem: str) -> None:
+    with pytest.raises(AgentConfigError) as caught:
+        _load_context(context)
+    assert any(problem in p for p in caught.value.problems), caught.value.problems
