@@ -21,6 +21,7 @@ from aiokafka.errors import KafkaError
 from service.agent_config import load_agents
 from service.observability.logs import configure_logging
 from service.observability.operability import Operability
+from service.observability.trace_export import TracingSetupError, configure_tracing
 from service.runtime.runtime import Runtime
 from service.runtime.startup import BootstrapNoise, describe_unreachable
 from service.runtime.topics import create_topics
@@ -77,6 +78,10 @@ def run_service(settings: Settings) -> None:
         repeat_limit=settings.log_repeat_limit,
         repeat_interval_s=settings.log_repeat_interval_s,
     )
+    try:
+        configure_tracing(process_environment())
+    except TracingSetupError as exc:
+        raise StartError(str(exc)) from None
     asyncio.run(serve(settings))
 
 
