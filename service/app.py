@@ -45,7 +45,6 @@ async def serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    logger.info("agents=<%s> | serving", sorted(agents))
     try:
         async with contextlib.AsyncExitStack() as stack:
             try:
@@ -55,6 +54,7 @@ async def serve(settings: Settings) -> None:
                     f"health port {settings.health_port} cannot be bound "
                     f"(CAIRN_HEALTH_PORT): {exc.strerror or exc}"
                 ) from None
+            logger.info("agents=<%s> | serving", sorted(agents))
             await runtime.run(stop)
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):

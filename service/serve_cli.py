@@ -31,6 +31,8 @@ def _serve(_: argparse.Namespace) -> int:
     settings = _settings("cairn serve")
     if settings is None:
         return START_FAILED
+    from aiokafka.errors import KafkaError
+
     from service.agent_config import AgentConfigError
     from service.app import StartError, run_service
     from service.runtime.topics import TopicLayoutError
@@ -39,6 +41,10 @@ def _serve(_: argparse.Namespace) -> int:
         run_service(settings)
     except (TopicLayoutError, AgentConfigError, StartError) as exc:
         print(f"cairn serve: {exc}", file=sys.stderr)
+        return START_FAILED
+    except KafkaError as exc:
+        # The broker went away between the wait for it and joining the group.
+        print(f"cairn serve: broker lost while joining: {exc}", file=sys.stderr)
         return START_FAILED
     return 0
 
