@@ -146,6 +146,17 @@ class _OtelBridge:
 
     def __init__(self, trace_api: Any) -> None:
         self._trace = trace_api
+        self._provider: Any = None
+        self._tracer: Any = None
+
+    def _current_tracer(self) -> Any:
+        """The tracer of the installed provider, made again only when the provider changed
+        (making one per span costs more than the span)."""
+        provider = self._trace.get_tracer_provider()
+        if provider is not self._provider:
+            self._provider = provider
+            self._tracer = provider.get_tracer("cairn")
+        return self._tracer
 
     @contextmanager
     def span(
@@ -161,8 +172,7 @@ class _OtelBridge:
                 trace_flags=api.TraceFlags(int(parent.flags, 16)),
             )
             context = api.set_span_in_context(api.NonRecordingSpan(remote))
-        tracer = api.get_tracer("cairn")
-        with tracer.start_as_current_span(
+        with self._current_tracer().start_as_current_span(
             name, context=context, kind=api.SpanKind.CONSUMER, attributes=dict(attributes)
         ) as s:
             sc = s.get_span_context()
@@ -180,8 +190,7 @@ class _OtelBridge:
 
     @contextmanager
     def engine_span(self, name: str, attributes: Attributes) -> Iterator[Span]:
-        tracer = self._trace.get_tracer("cairn")
-        with tracer.start_as_current_span(name, attributes=dict(attributes)) as s:
+        with self._current_tracer().start_as_current_span(name, attributes=dict(attributes)) as s:
             yield _OtelSpan(s)
 
     def current(self) -> Span:
