@@ -354,10 +354,13 @@ def _scope(work: CommandWork) -> Iterator[None]:
     with span("cairn.command", from_headers(work.record.headers), attributes=attributes) as trace:
         work.trace = trace.headers()
         work.span = current_span()
-        with log_context(
-            session_id=work.session_id, command_id=work.command_id, trace_id=trace.trace_id
-        ):
-            yield
+        try:
+            with log_context(
+                session_id=work.session_id, command_id=work.command_id, trace_id=trace.trace_id
+            ):
+                yield
+        finally:
+            work.span = tracing.NO_SPAN  # ended: nothing more may be added to it
 
 
 def _known_code(code: str) -> ErrorCode:
