@@ -1,26 +1,38 @@
 """The composition root: builds the runtime from the settings and runs it until SIGTERM.
 
 Guarantees: nothing starts before the agents are loaded; the operator endpoint (health,
-readiness, metrics, drain) listens for exactly as long as the runtime runs; a SIGTERM or SIGINT
-drains every owned partition (bounded by the revoke grace period) and leaves the group before
-the process exits.
+readiness, metrics, drain) listens before the broker is first reached and for as long as the
+runtime runs, so probes answer while the instance waits for its broker; a health port that
+cannot be bound is a :class:`StartError`; a SIGTERM or SIGINT drains every owned partition
+(bounded by the revoke grace period) and leaves the group before the process exits, or ends the
+wait for the broker at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import signal
 
+from aiokafka.errors import KafkaError
+
 from service.agent_config import load_agents
 from service.observability.logs import configure_logging
 from service.observability.operability import Operability
+from service.observability.trace_export import TracingSetupError, configure_tracing
 from service.runtime.runtime import Runtime
+from service.runtime.startup import BootstrapNoise, describe_unreachable
 from service.runtime.topics import create_topics
 from service.settings import Settings, process_environment
 
 logger = logging.getLogger(__name__)
+
+
+class StartError(RuntimeError):
+    """The instance cannot start as configured (e.g. its health port is taken): one line for
+    the operator, never a traceback."""
 
 
 async def serve(settings: Settings) -> None:
@@ -33,9 +45,16 @@ async def serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    logger.info("agents=<%s> | serving", sorted(agents))
     try:
-        async with ops:
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                await stack.enter_async_context(ops)
+            except OSError as exc:
+                raise StartError(
+                    f"health port {settings.health_port} cannot be bound "
+                    f"(CAIRN_HEALTH_PORT): {exc.strerror or exc}"
+                ) from None
+            logger.info("agents=<%s> | serving", sorted(agents))
             await runtime.run(stop)
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -59,8 +78,21 @@ def run_service(settings: Settings) -> None:
         repeat_limit=settings.log_repeat_limit,
         repeat_interval_s=settings.log_repeat_interval_s,
     )
+    try:
+        configure_tracing(process_environment())
+    except TracingSetupError as exc:
+        raise StartError(str(exc)) from None
     asyncio.run(serve(settings))
 
 
 def run_topics_create(settings: Settings) -> list[str]:
-    return asyncio.run(create_topics(settings.kafka, settings.topics))
+    """Create the missing topics; an unreachable broker is a :class:`StartError`."""
+    noise = BootstrapNoise()
+    try:
+        with noise.held_back():
+            return asyncio.run(create_topics(settings.kafka, settings.topics))
+    except (KafkaError, OSError) as exc:
+        raise StartError(
+            f"broker {settings.kafka.bootstrap_servers} unreachable: "
+            f"{describe_unreachable(exc, noise.last)}"
+        ) from None

@@ -1,7 +1,10 @@
 """The ``cairn serve`` and ``cairn topics create`` commands: run the service, lay out its topics.
 
-Guarantee: both read their configuration only from the settings (``CAIRN_`` environment); a
-topic layout the service cannot run on ends the command with a clear message and status 1.
+Guarantee: both read their configuration only from the settings (``CAIRN_`` environment); what
+stops them from starting (an invalid setting, agents that do not load, a health port that cannot
+be bound, a topic layout the service cannot run on, for ``topics create`` an unreachable broker)
+ends the command with one line on stderr, never a traceback, and status 1. An unreachable broker
+or missing topics do not stop ``serve``: it waits for them, not ready (docs/runtime.md).
 """
 
 from __future__ import annotations
@@ -10,44 +13,85 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from pydantic import ValidationError
+from pydantic_settings import SettingsError
+
 from service.early_stop import exit_on_early_stop
 from service.settings import Settings
 
 if TYPE_CHECKING:
     from service.cli import Subparsers
 
+START_FAILED = 1
+"""Exit status of a command that could not start as configured."""
+
 
 def _serve(_: argparse.Namespace) -> int:
     exit_on_early_stop()
+    settings = _settings("cairn serve")
+    if settings is None:
+        return START_FAILED
+    from aiokafka.errors import KafkaError
+
     from service.agent_config import AgentConfigError
-    from service.app import run_service
+    from service.app import StartError, run_service
     from service.runtime.topics import TopicLayoutError
 
     try:
-        run_service(Settings())
-    except (TopicLayoutError, AgentConfigError) as exc:
+        run_service(settings)
+    except (TopicLayoutError, AgentConfigError, StartError) as exc:
         print(f"cairn serve: {exc}", file=sys.stderr)
-        return 1
+        return START_FAILED
+    except KafkaError as exc:
+        # The broker went away between the wait for it and joining the group.
+        print(f"cairn serve: broker lost while joining: {exc}", file=sys.stderr)
+        return START_FAILED
     return 0
 
 
 def _topics_create(args: argparse.Namespace) -> int:
-    from service.app import run_topics_create
+    settings = _settings("cairn topics create")
+    if settings is None:
+        return START_FAILED
+    from service.app import StartError, run_topics_create
     from service.runtime.topics import TopicLayoutError
 
-    settings = Settings()
     if args.partitions is not None:
         settings.topics.partitions = args.partitions
     try:
         created = run_topics_create(settings)
-    except TopicLayoutError as exc:
+    except (TopicLayoutError, StartError) as exc:
         print(f"cairn topics create: {exc}", file=sys.stderr)
-        return 1
+        return START_FAILED
     topics = settings.topics
     names = [topics.commands, topics.control, topics.sessions, topics.results, topics.events]
     for name in [*names, topics.dlq]:
         print(f"{name}: {'created' if name in created else 'exists'}")
     return 0
+
+
+def _settings(command: str) -> Settings | None:
+    """The settings, or None after one line naming what is wrong with them."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        print(f"{command}: {describe_invalid_settings(exc)}", file=sys.stderr)
+    except SettingsError as exc:
+        print(f"{command}: invalid settings: {exc}", file=sys.stderr)
+    return None
+
+
+def describe_invalid_settings(exc: ValidationError) -> str:
+    """One line naming each invalid setting by its variable; never the value (it may be a
+    secret)."""
+    problems = []
+    for error in exc.errors():
+        message = str(error["msg"]).removeprefix("Value error, ")
+        loc = [str(part) for part in error["loc"]]
+        name = "CAIRN_" + "__".join(loc).upper() if loc else None
+        problems.append(f"{name}: {message}" if name else message)
+    noun = "setting" if len(problems) == 1 else "settings"
+    return f"invalid {noun}: " + "; ".join(problems)
 
 
 def register_runtime_commands(commands: Subparsers) -> None:

@@ -5,12 +5,13 @@ Built once at start-up and passed down; this is the only module that reads the e
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -198,6 +199,13 @@ class Settings(BaseSettings):
     """Warnings and errors of one kind (logger, level, message template, exception types)
     written per interval; the rest are counted into one line. 0 writes every record."""
     log_repeat_interval_s: float = Field(default=10.0, gt=0)
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        if value.upper() not in logging.getLevelNamesMapping():
+            raise ValueError("not a log level: use DEBUG, INFO, WARNING, ERROR or CRITICAL")
+        return value
 
 
 def process_environment() -> Mapping[str, str]:

@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from service.agent import tracing
 from service.agent.cancel import CancelSignal
 from service.agent.definition import AgentDefinition
 from service.agent.events import Event, ToolFinished, ToolStarted
@@ -80,6 +81,8 @@ class BatchRun:
     """The ledger of ``once`` tools started without a result yet (the pending batch's)."""
     instance: str = ""
     """Who runs the batch, as the ledger records it."""
+    tracer: tracing.Tracer = tracing.NO_TRACING
+    """Gets a span per tool call."""
     raised: dict[str, Interrupt] = field(default_factory=dict)
     """Interrupts raised by this run, by toolUseId ("" for the before-tools hook)."""
     stopped: bool = False
@@ -252,7 +255,17 @@ def _may_retry(policy: ToolPolicy, attempt: int) -> bool:
 
 
 async def _call(run: BatchRun, use: dict[str, Any], tool: Tool | None) -> ContentBlock | None:
-    """Run the tool (again, up to its retries); None when it raised an interrupt."""
+    """Run the tool (again, up to its retries) in a span of its own; None when it raised an
+    interrupt."""
+    name = use.get("name", "")
+    attributes = tracing.tool_call(name, str(use["toolUseId"]), run.session_id, run.agent.name)
+    with run.tracer.span(tracing.tool_span_name(name), attributes) as span:
+        return await _traced_call(run, use, tool, span)
+
+
+async def _traced_call(
+    run: BatchRun, use: dict[str, Any], tool: Tool | None, span: tracing.Span
+) -> ContentBlock | None:
     tool_use_id = use["toolUseId"]
     name = use.get("name", "")
     started = time.perf_counter()
@@ -280,6 +293,8 @@ async def _call(run: BatchRun, use: dict[str, Any], tool: Tool | None) -> Conten
             except InterruptSignal as signal:
                 run.raised[tool_use_id] = signal.interrupt
                 _check_state(run, use)
+                span.set(tracing.TOOL_ATTEMPTS, attempt + 1)
+                span.set(tracing.TOOL_STATUS, "interrupted")
                 return None
             except asyncio.CancelledError as exc:
                 # Libraries leak CancelledError from their inner timeouts; only a cancellation
@@ -312,6 +327,7 @@ async def _call(run: BatchRun, use: dict[str, Any], tool: Tool | None) -> Conten
             )
             if not await _pause_before_retry(run, delay_s):
                 break
+        span.set(tracing.TOOL_ATTEMPTS, attempt + 1)
         block = _checked(run, tool_use_id, block)
         refused = _check_state(run, use)
         if refused is not None:
@@ -324,7 +340,11 @@ async def _call(run: BatchRun, use: dict[str, Any], tool: Tool | None) -> Conten
         # A hook may replace or edit the result: the session must be able to store that too.
         block = _checked(run, tool_use_id, event.result)
     elapsed_ms = (time.perf_counter() - started) * 1000.0
-    run.metrics.tool(name, elapsed_ms, error=result_status(block) == "error")
+    status = result_status(block)
+    run.metrics.tool(name, elapsed_ms, error=status == "error")
+    span.set(tracing.TOOL_STATUS, status)
+    if status == "error":
+        span.failed(tracing.tool_error(block), exception)
     return block
 
 

@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 
+from service.agent import tracing
 from service.agent.cancel import CancelSignal
 from service.agent.definition import AgentDefinition
 from service.agent.errors import ContextOverflowError, ModelError
@@ -57,11 +58,18 @@ async def run_invocation(
     invocation: Invocation,
     *,
     cancel: CancelSignal | None = None,
+    tracer: tracing.Tracer = tracing.NO_TRACING,
 ) -> AsyncIterator[Event]:
-    """Run one invocation of ``agent`` on ``state``; see the module guarantees."""
+    """Run one invocation of ``agent`` on ``state``; see the module guarantees. ``tracer``
+    gets a span per model call and per tool call (:mod:`service.agent.tracing`)."""
     p = plan(agent, state, invocation)
     run = InvocationRun(
-        agent, state.snapshot(), invocation, p, cancel if cancel is not None else CancelSignal()
+        agent,
+        state.snapshot(),
+        invocation,
+        p,
+        cancel if cancel is not None else CancelSignal(),
+        tracer,
     )
     ws, hooks, cancel_signal, metrics = run.ws, run.hooks, run.cancel, run.metrics
     ws.agent = agent.name
@@ -119,28 +127,34 @@ async def run_invocation(
                 if hooks.has(BeforeModelCallEvent):
                     await hooks.fire(BeforeModelCallEvent(agent, ws.session_id, request))
                 metrics.cycles += 1
-                stream = agent.model.stream(request)
-                try:
-                    async for chunk in stream:
-                        # Only an immediate cancel cuts the stream; a deferred one waits.
-                        if cancel_signal.immediate:
-                            cancelled = True
-                            break
-                        if isinstance(chunk, TextDelta):
-                            yield ModelTextDelta(chunk.text)
-                        elif chunk.stop_reason == "cancelled":
-                            cancelled = True
-                            break
-                        else:
-                            reply = chunk
-                except ModelError as exc:
-                    failure = exc
-                finally:
-                    aclose = getattr(stream, "aclose", None)
-                    if aclose is not None:
-                        await aclose()
-                if failure is None and reply is None and not cancelled:
-                    failure = ModelError("model stream ended without a reply")
+                model_name = agent.model.model_name
+                with run.tracer.span(
+                    tracing.model_span_name(model_name),
+                    tracing.model_call(model_name, ws.session_id, agent.name),
+                ) as model_span:
+                    stream = agent.model.stream(request)
+                    try:
+                        async for chunk in stream:
+                            # Only an immediate cancel cuts the stream; a deferred one waits.
+                            if cancel_signal.immediate:
+                                cancelled = True
+                                break
+                            if isinstance(chunk, TextDelta):
+                                yield ModelTextDelta(chunk.text)
+                            elif chunk.stop_reason == "cancelled":
+                                cancelled = True
+                                break
+                            else:
+                                reply = chunk
+                    except ModelError as exc:
+                        failure = exc
+                    finally:
+                        aclose = getattr(stream, "aclose", None)
+                        if aclose is not None:
+                            await aclose()
+                    if failure is None and reply is None and not cancelled:
+                        failure = ModelError("model stream ended without a reply")
+                    tracing.model_outcome(model_span, reply, failure, cancelled=cancelled)
             if failure is not None:
                 metrics.model_ms += (time.perf_counter() - started) * 1000.0
                 if called and hooks.has(AfterModelCallEvent):
@@ -212,6 +226,7 @@ async def run_invocation(
             invocation.result_max_bytes,
             started=pending.started,
             instance=invocation.instance,
+            tracer=run.tracer,
         )
         async for event in run_batch(batch):
             if isinstance(event, LedgerChanged):

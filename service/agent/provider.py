@@ -56,6 +56,11 @@ ModelChunk = TextDelta | ModelReply
 class ModelProvider(abc.ABC):
     """A model endpoint. Raise :class:`service.agent.errors.ModelError` on failure."""
 
+    @property
+    def model_name(self) -> str:
+        """The model as traces name it: the endpoint's model id, else the provider's class."""
+        return type(self).__name__
+
     @abc.abstractmethod
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
         """Stream one reply; implement as an ``async def`` generator."""

@@ -22,6 +22,7 @@ from service.agent.provider import ModelRequest
 from service.agent.results import ABANDONED_TEXT
 from service.agent.state import Inflight, SessionState
 from service.agent.storable import StateGuard
+from service.agent.tracing import NO_TRACING, Tracer
 from service.agent.types import (
     AgentResult,
     Checkpoint,
@@ -49,6 +50,7 @@ class InvocationRun:
         "metrics",
         "plan",
         "state_guard",
+        "tracer",
         "ws",
     )
 
@@ -59,8 +61,10 @@ class InvocationRun:
         invocation: Invocation,
         p: Plan,
         cancel: CancelSignal,
+        tracer: Tracer = NO_TRACING,
     ) -> None:
         self.agent = agent
+        self.tracer = tracer
         self.ws = ws
         self.invocation = invocation
         self.plan = p

@@ -26,6 +26,11 @@ class RestoreTracker:
         self._stopping = False
         self._assigned: set[Hashable] = set()
         self._restoring: dict[Hashable, float] = {}
+        self._waiting: str | None = None
+
+    def waiting(self, reason: str | None) -> None:
+        """Why the instance cannot join yet (the broker, the topics); ``None`` once it can."""
+        self._waiting = reason
 
     def assigned(self, partitions: Iterable[Hashable]) -> None:
         """Partitions were added to this instance; each restores before it serves."""
@@ -64,12 +69,15 @@ class RestoreTracker:
 
     def describe(self) -> dict[str, Any]:
         """A JSON-able snapshot for the ``/readyz`` body."""
-        return {
+        snapshot: dict[str, Any] = {
             "joined": self._joined,
             "stopping": self._stopping,
             "assigned": sorted(str(p) for p in self._assigned),
             "restoring": sorted(str(p) for p in self._restoring),
         }
+        if self._waiting is not None:
+            snapshot["waiting"] = self._waiting
+        return snapshot
 
 
 class LoopHeartbeat:

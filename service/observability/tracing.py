@@ -2,7 +2,9 @@
 
 Parsing follows the W3C Trace Context rules (an invalid header is ignored, never an error). When
 OpenTelemetry's API is installed and an SDK is configured, spans are real and their ids go on the
-outputs; otherwise a child span id is generated locally so the trace still connects.
+outputs, and the engine's model and tool spans (``service.agent.tracing``) are OpenTelemetry
+spans nested under the command's; otherwise a child span id is generated locally so the trace
+still connects, and nothing of OpenTelemetry is imported.
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ import logging
 import re
 import secrets
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Final
+
+from service.agent.tracing import NO_SPAN, NO_TRACING, Attributes, AttributeValue, Span, Tracer
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +146,17 @@ class _OtelBridge:
 
     def __init__(self, trace_api: Any) -> None:
         self._trace = trace_api
+        self._provider: Any = None
+        self._tracer: Any = None
+
+    def _current_tracer(self) -> Any:
+        """The tracer of the installed provider, made again only when the provider changed
+        (making one per span costs more than the span)."""
+        provider = self._trace.get_tracer_provider()
+        if provider is not self._provider:
+            self._provider = provider
+            self._tracer = provider.get_tracer("cairn")
+        return self._tracer
 
     @contextmanager
     def span(
@@ -157,8 +172,9 @@ class _OtelBridge:
                 trace_flags=api.TraceFlags(int(parent.flags, 16)),
             )
             context = api.set_span_in_context(api.NonRecordingSpan(remote))
-        tracer = api.get_tracer("cairn")
-        with tracer.start_as_current_span(name, context=context, attributes=dict(attributes)) as s:
+        with self._current_tracer().start_as_current_span(
+            name, context=context, kind=api.SpanKind.CONSUMER, attributes=dict(attributes)
+        ) as s:
             sc = s.get_span_context()
             same_as_parent = parent is not None and f"{sc.span_id:016x}" == parent.span_id
             # Without an SDK the API hands back the parent (or nothing): make our own child then.
@@ -171,6 +187,59 @@ class _OtelBridge:
                     f"{int(sc.trace_flags):02x}",
                     parent.tracestate if parent is not None else None,
                 )
+
+    @contextmanager
+    def engine_span(self, name: str, attributes: Attributes) -> Iterator[Span]:
+        with self._current_tracer().start_as_current_span(name, attributes=dict(attributes)) as s:
+            yield _OtelSpan(s)
+
+    def current(self) -> Span:
+        return _OtelSpan(self._trace.get_current_span())
+
+
+class _OtelSpan:
+    """An OpenTelemetry span behind the engine's :class:`~service.agent.tracing.Span`."""
+
+    __slots__ = ("_span",)
+
+    def __init__(self, span: Any) -> None:
+        self._span = span
+
+    def set(self, key: str, value: AttributeValue) -> None:
+        self._span.set_attribute(key, value)
+
+    def failed(self, description: str, error: BaseException | None = None) -> None:
+        from opentelemetry.trace import Status, StatusCode
+
+        self._span.set_status(Status(StatusCode.ERROR, description))
+        if error is not None:
+            try:
+                self._span.record_exception(error)
+            except Exception:  # an exception that cannot be printed
+                logger.debug("exception not recorded on its span", exc_info=True)
+
+
+class _OtelTracer:
+    """The engine's :class:`~service.agent.tracing.Tracer` over OpenTelemetry."""
+
+    __slots__ = ("_bridge",)
+
+    def __init__(self, bridge: _OtelBridge) -> None:
+        self._bridge = bridge
+
+    def span(self, name: str, attributes: Attributes) -> AbstractContextManager[Span]:
+        return self._bridge.engine_span(name, attributes)
+
+
+def engine_tracer() -> Tracer:
+    """What the runtime hands the engine: OpenTelemetry spans when its API is installed."""
+    return _OtelTracer(_otel) if _otel is not None else NO_TRACING
+
+
+def current_span() -> Span:
+    """The span current in this context (inside :func:`span`, the command's), to add its
+    outcome to; a span that records nothing without OpenTelemetry."""
+    return _otel.current() if _otel is not None else NO_SPAN
 
 
 def _load_otel() -> _OtelBridge | None:

@@ -43,6 +43,10 @@ class SdkStreamingProvider(ModelProvider):
     _client: Any
     _secrets: tuple[str, ...]
 
+    @property
+    def model_name(self) -> str:
+        return self.config.model_id
+
     def __repr__(self) -> str:
         cfg = self.config
         return f"{type(self).__name__}(model_id={cfg.model_id!r}, base_url={cfg.base_url!r})"

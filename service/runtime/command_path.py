@@ -19,12 +19,13 @@ from typing import cast
 
 from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
 
+from service.agent import tracing
 from service.agent.definition import AgentDefinition
 from service.agent.errors import EngineError, UnknownAgentError
 from service.agent.state import SessionState
 from service.observability.logs import log_context
 from service.observability.metrics import Metrics
-from service.observability.tracing import from_headers, span
+from service.observability.tracing import current_span, from_headers, span
 from service.runtime.answers import Answers, state_before
 from service.runtime.bad_input import classify_refusal
 from service.runtime.cancels import CancelDesk
@@ -170,6 +171,7 @@ class CommandPath:
                     error = UnknownAgentError(f"agent {agent_name!r} is not hosted here")
                     self._reject(work, stored, error)
                     return
+                work.span.set(tracing.AGENT, agent.name)
                 before = stored or StoredSession(
                     SessionState(session_id=command.session_id, agent=agent.name)
                 )
@@ -321,6 +323,8 @@ class CommandPath:
         """Answer with an ``error`` result; the session keeps its state from before the command
         (``stored``), with no turn in flight."""
         seq = stored.event_seq if stored is not None else 0
+        work.span.set(tracing.ERROR_CODE, code)
+        work.span.failed(f"{code}: {message}")
         self._answers.error(
             work, code, message, keeps=state_before(stored, work.session_id), seq=seq
         )
@@ -349,12 +353,28 @@ class CommandPath:
 def _scope(work: CommandWork) -> Iterator[None]:
     """The command's span (parented by its record's trace context) and log context, so its
     outputs carry the trace and its log lines its ids."""
-    with span("cairn.command", from_headers(work.record.headers)) as trace:
+    origin = work.record.origin
+    attributes: dict[str, str | int] = {
+        tracing.SESSION_ID: work.session_id,
+        tracing.COMMAND_TYPE: work.command_type,
+        "messaging.system": "kafka",
+        "messaging.operation.type": "process",
+        "messaging.destination.name": origin.topic,
+        "messaging.destination.partition.id": str(origin.partition),
+        "messaging.kafka.offset": origin.offset,
+    }
+    if work.command_id:
+        attributes[tracing.COMMAND_ID] = work.command_id
+    with span("cairn.command", from_headers(work.record.headers), attributes=attributes) as trace:
         work.trace = trace.headers()
-        with log_context(
-            session_id=work.session_id, command_id=work.command_id, trace_id=trace.trace_id
-        ):
-            yield
+        work.span = current_span()
+        try:
+            with log_context(
+                session_id=work.session_id, command_id=work.command_id, trace_id=trace.trace_id
+            ):
+                yield
+        finally:
+            work.span = tracing.NO_SPAN  # ended: nothing more may be added to it
 
 
 def _known_code(code: str) -> ErrorCode:

@@ -19,6 +19,7 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
+from service.agent import tracing
 from service.agent.definition import AgentDefinition
 from service.agent.events import (
     Boundary,
@@ -38,6 +39,7 @@ from service.agent.outcomes import OUTCOME_UNKNOWN
 from service.agent.state import SessionState
 from service.agent.types import AgentResult
 from service.observability.metrics import Metrics
+from service.observability.tracing import engine_tracer
 from service.runtime.answers import Answers
 from service.runtime.records import ParsedCommand, event_record, result_record
 from service.runtime.work import CommandWork, Origin, Outcome, OutRecord
@@ -88,6 +90,7 @@ class Invoker:
         metrics: Metrics | None = None,
     ) -> None:
         self._metrics = metrics if metrics is not None else Metrics()
+        self._tracer = engine_tracer()
         self._writer = writer
         self._store = writer.store
         self._result_max_bytes = result_max_bytes
@@ -138,7 +141,9 @@ class Invoker:
         step_started = time.perf_counter()
         events = cast(
             "AsyncGenerator[Event, None]",
-            run_invocation(agent, stored.state, invocation, cancel=work.cancel),
+            run_invocation(
+                agent, stored.state, invocation, cancel=work.cancel, tracer=self._tracer
+            ),
         )
         try:
             async for event in events:
@@ -175,6 +180,7 @@ class Invoker:
                         if outcome.unwritten is not None:
                             return
                 elif isinstance(event, Stopped):
+                    tracing.stopped(work.span, event.result)
                     delivery = self._delivery(command.session_id)
                     self._commit_state(
                         run,

@@ -67,8 +67,8 @@ class Changelog(Protocol):
 
 class Sessions(Protocol):
     """What a partition owner reads of the sessions topic: its restore, the transactions left
-    open on the partitions it writes, and the records of a fork's source session (``SessionsReader``; an in-memory one in the unit
-    tests)."""
+    open on the partitions it writes, and the records of a fork's source session
+    (``SessionsReader``; an in-memory one in the unit tests)."""
 
     async def restore(
         self, partition: int, table: Table, *, cache_max_bytes: int

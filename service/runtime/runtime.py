@@ -5,7 +5,9 @@ co-partitioned topics) and by at most one live owner at a time; on revocation an
 owners drain within the grace period before their producers close; a failed owner is replaced
 by a fresh one that re-reads from the committed offsets and the committed state, after a wait
 that grows with the failures in a row (the instance is not ready meanwhile); a fenced owner is
-replaced only if the group still assigns its partition here a session timeout later.
+replaced only if the group still assigns its partition here a session timeout later. Until
+the broker answers and the topics exist it waits (``service.runtime.startup``), not ready, and
+a stop ends that wait at once.
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ from service.runtime.rebalance import RebalanceListener
 from service.runtime.restart_backoff import RestartBackoff
 from service.runtime.restore import SessionsReader
 from service.runtime.standby import Standby
+from service.runtime.startup import wait_for_topics
 from service.runtime.streams import InstanceStream, PartitionStreams, Streams
-from service.runtime.topics import verify_topics
 from service.runtime.transport import KafkaInput, KafkaTransport
 from service.runtime.txn_offset_commit import Membership
 from service.runtime.txn_stream import TransactionStream
@@ -103,7 +105,12 @@ class Runtime:
 
     async def run(self, stop: asyncio.Event) -> None:
         settings = self._settings
-        partitions = await verify_topics(settings.kafka, settings.topics)
+        partitions = await wait_for_topics(
+            settings.kafka, settings.topics, stop, waiting=self._ops.readiness.waiting
+        )
+        if partitions is None:
+            logger.info("stopped before joining the group")
+            return
         group = settings.group
         consumer = AIOKafkaConsumer(
             **connection_options(settings.kafka),

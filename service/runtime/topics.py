@@ -26,6 +26,10 @@ class TopicLayoutError(RuntimeError):
     """The broker's topics do not fit the service: a clear, operator-facing message."""
 
 
+class MissingTopicsError(TopicLayoutError):
+    """Some of the six topics do not exist (yet): ``cairn topics create`` makes them."""
+
+
 @dataclass(frozen=True, slots=True)
 class TopicSpec:
     name: str
@@ -134,7 +138,7 @@ async def verify_topics(kafka: KafkaSettings, topics: TopicSettings) -> int:
     counts = await partition_counts(kafka, names)
     missing = [name for name, count in counts.items() if count is None]
     if missing:
-        raise TopicLayoutError(
+        raise MissingTopicsError(
             f"missing topics: {', '.join(missing)}; create them with `cairn topics create`"
         )
     co = {name: counts[name] for name in topics.co_partitioned}

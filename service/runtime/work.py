@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from service.agent.cancel import CancelSignal
+from service.agent.tracing import NO_SPAN, Span
 from service.sessions.writer import StateWrite
 from service.wire.commands import CancelCommand
 from service.wire.errors import WireError
@@ -56,6 +57,8 @@ class CommandWork:
     """The invocation's cancel signal, set just before it runs."""
     trace: list[tuple[str, bytes]] | None = None
     """Trace-context headers of the command's span, put on every result and event it causes."""
+    span: Span = NO_SPAN
+    """The command's span while it is handled, for its agent, stop reason and error."""
 
     @property
     def command_id(self) -> str | None:

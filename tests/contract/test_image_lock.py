@@ -28,7 +28,8 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 MAKEFILE = (ROOT / "Makefile").read_text()
 RUNTIME_LOCK = ROOT / "requirements.lock"
 DEV_LOCK = ROOT / "requirements-dev.lock"
-PROVIDER_EXTRAS = ("openai", "anthropic")
+IMAGE_EXTRAS = ("openai", "anthropic", "otel")
+"""The provider SDKs and OpenTelemetry (off unless OTEL_TRACES_EXPORTER is set)."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def _lock_command(output: str) -> list[str]:
 
 @pytest.mark.parametrize(
     ("lock", "extras"),
-    [(RUNTIME_LOCK, PROVIDER_EXTRAS), (DEV_LOCK, ("dev",))],
+    [(RUNTIME_LOCK, IMAGE_EXTRAS), (DEV_LOCK, ("dev",))],
     ids=["runtime", "dev"],
 )
 def test_every_requirement_of_pyproject_is_pinned_with_hashes(
@@ -173,12 +174,12 @@ def test_image_installs_its_dependencies_from_the_lock_only() -> None:
     assert not any(fnmatch.fnmatch("requirements.lock", pattern) for pattern in ignored)
 
 
-def test_image_installs_cairn_with_the_provider_extras() -> None:
+def test_image_installs_cairn_with_the_provider_and_tracing_extras() -> None:
     runs = " && ".join(_build_stage_runs())
     match = re.search(r'"cairn\[([a-z,]+)\]"', runs)
     assert match, "the image must install cairn with its extras"
     extras = tuple(match.group(1).split(","))
-    assert extras == PROVIDER_EXTRAS
+    assert extras == IMAGE_EXTRAS
     assert set(extras) <= set(PYPROJECT["project"]["optional-dependencies"])
     # The lock the image installs from is the one made with these extras.
     command = _lock_command("requirements.lock")

@@ -1,0 +1,222 @@
+"""What stops `cairn serve` and `cairn topics create` from starting is one line and status 1,
+never a traceback; an unreachable broker is waited for, not ready and alive, until SIGTERM ends
+the wait with status 0. Real processes, as an orchestrator runs them; no broker is needed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import orjson
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def _closed_port() -> int:
+    """A port nothing listens on (bound once to pick it, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {
+        key: value for key, value in os.environ.items() if not key.startswith(("CAIRN_", "OTEL_"))
+    }
+    env.update(
+        {
+            "PYTHONPATH": str(REPO),
+            "CAIRN_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{_closed_port()}",
+            "CAIRN_HEALTH_PORT": "0",
+            "CAIRN_LOG_JSON": "true",
+        }
+    )
+    env.update(extra)
+    return env
+
+
+def _run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "service", *args],
+        cwd=REPO,
+        env=_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _own_lines(stderr: str, command: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith(f"{command}:")]
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("CAIRN_RUNTIME__MAX_IN_FLIGHT", "lots", "valid integer"),
+        ("CAIRN_KAFKA__SECURITY_PROTOCOL", "TLS", "'PLAINTEXT'"),
+        ("CAIRN_LOG_LEVEL", "LOUD", "not a log level"),
+        ("CAIRN_HEALTH_PORT", "-1", "greater than or equal to 0"),
+    ],
+)
+@pytest.mark.parametrize("command", [("serve",), ("topics", "create")])
+def test_an_invalid_setting_is_one_line_naming_it(
+    command: tuple[str, ...], variable: str, value: str, says: str
+) -> None:
+    done = _run(*command, **{variable: value})
+    name = f"cairn {' '.join(command)}"
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"{name}: invalid setting: {variable}: ")
+    assert says in line
+    assert value not in done.stderr.replace(variable, ""), "the value is never echoed"
+
+
+def test_a_secret_is_never_echoed_in_a_settings_error() -> None:
+    done = _run(
+        "serve",
+        CAIRN_KAFKA__SASL_PASSWORD="hunter2-secret",
+        CAIRN_KAFKA__SASL_MECHANISM="ROT13",
+    )
+    assert done.returncode == 1
+    assert "CAIRN_KAFKA__SASL_MECHANISM" in done.stderr
+    assert "hunter2" not in done.stderr and "ROT13" not in done.stderr
+
+
+def test_a_bad_agents_file_is_named_in_one_line(tmp_path: Path) -> None:
+    agents = tmp_path / "agents.toml"
+    agents.write_text('[[agents]]\nname = "a"\nmodel = "m"\n[agents.provider]\ntype = "nope"\n')
+    done = _run("serve", CAIRN_AGENTS=str(agents))
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    [line] = _own_lines(done.stderr, "cairn serve")
+    assert str(agents) in line
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen()
+        yield int(holder.getsockname()[1])
+
+
+def test_a_taken_health_port_is_one_line_and_status_1(taken_port: int) -> None:
+    done = _run("serve", CAIRN_HEALTH_PORT=str(taken_port))
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    [line] = _own_lines(done.stderr, "cairn serve")
+    assert f"health port {taken_port} cannot be bound (CAIRN_HEALTH_PORT)" in line
+    assert "address already in use" in line
+
+
+def test_topics_create_against_an_unreachable_broker_is_one_line() -> None:
+    done = _run("topics", "create")
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert re.match(r"cairn topics create: broker 127\.0\.0\.1:\d+ unreachable: ", done.stderr)
+    assert "Connect call failed" in done.stderr
+
+
+class _Serving:
+    """``python -m service serve`` with its stderr (JSON log lines) collected in a file."""
+
+    def __init__(self, tmp_path: Path, **env: str) -> None:
+        self.log = tmp_path / "serve.log"
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "service", "serve"],
+                cwd=REPO,
+                env=_env(CAIRN_LOG_REPEAT_LIMIT="0", **env),
+                stdout=subprocess.DEVNULL,
+                stderr=out,
+            )
+
+    def lines(self) -> list[str]:
+        return self.log.read_text().splitlines()
+
+    def records(self) -> list[dict[str, object]]:
+        return [orjson.loads(line) for line in self.lines() if line.startswith("{")]
+
+    def attempts(self) -> list[dict[str, object]]:
+        return [r for r in self.records() if "not serving yet" in str(r["message"])]
+
+    async def until(self, what: str, condition: object, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not callable(condition) or not condition():
+            assert self.process.poll() is None, f"exited while waiting for {what}:\n{self.lines()}"
+            assert time.monotonic() < deadline, f"no {what} in {timeout} s:\n{self.lines()}"
+            await asyncio.sleep(0.05)
+
+    def port(self) -> int:
+        for record in self.records():
+            found = re.search(r"port=<(\d+)> \| health server listening", str(record["message"]))
+            if found:
+                return int(found[1])
+        raise AssertionError("no health server line")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+
+def _field(record: dict[str, object], name: str) -> str:
+    found = re.search(rf"{name}=<([^>]*)>", str(record["message"]))
+    assert found is not None, record
+    return found[1]
+
+
+async def _get(port: int, path: str) -> tuple[int, dict[str, object]]:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://127.0.0.1:{port}{path}") as response,
+    ):
+        return response.status, orjson.loads(await response.read())
+
+
+async def test_an_unreachable_broker_is_waited_for_alive_and_not_ready(tmp_path: Path) -> None:
+    serving = _Serving(tmp_path)
+    try:
+        await serving.until("three attempts", lambda: len(serving.attempts()) >= 3)
+        port = serving.port()
+        status, body = await _get(port, "/readyz")
+        assert status == 503
+        assert body["status"] == "not_ready"
+        assert "unreachable" in str(body["waiting"])
+        assert (await _get(port, "/livez"))[0] == 200
+
+        attempts = serving.attempts()
+        assert [r["level"] for r in attempts] == ["warning"] * len(attempts)
+        numbers = [int(_field(r, "attempt")) for r in attempts]
+        assert numbers == list(range(1, len(attempts) + 1))
+        waits = [float(_field(r, "retry_in_s")) for r in attempts]
+        assert waits[:3] == [0.5, 1.0, 2.0]
+        # One line per attempt: aiokafka's own account of the failed connection is in it.
+        assert all("Connect call failed" in str(r["message"]) for r in attempts)
+        others = [r for r in serving.records() if "Unable connect" in str(r["message"])]
+        assert others == attempts
+        assert "Traceback" not in serving.log.read_text()
+
+        started = time.monotonic()
+        serving.process.send_signal(signal.SIGTERM)
+        assert serving.process.wait(10) == 0
+        assert time.monotonic() - started < 5
+        assert "Traceback" not in serving.log.read_text()
+    finally:
+        serving.stop()
