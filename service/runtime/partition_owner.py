@@ -351,13 +351,20 @@ class PartitionOwner:
         A live owner's transaction ends within moments; one still open after ``SETTLE_S`` belongs
         to an instance that died or stalled mid-commit, and fencing the producer the committed
         offsets name (its InitProducerId aborts that transaction) saves waiting for the broker's
-        transaction timeout. Beyond that timeout the owner fails and is re-created.
+        transaction timeout. Offsets can also stay pending with no transaction left to end them:
+        a broker restart may drop the markers of a transaction it completed, the one to the
+        group's offsets partition among them. Only a marker of the same producer id ends those,
+        so the owner also runs an abort-only transaction with the group's offsets as that
+        producer and as its own (in ``partition`` mode the same id: its own InitProducerId ended
+        nothing). The offsets go back to the last commit whose markers were written; what was
+        read since is read again and answered from the session state, as after any failed
+        commit. Beyond the transaction timeout the owner fails and is re-created.
         """
         runtime = self._ctx.settings.runtime
         loop = asyncio.get_running_loop()
         started = loop.time()
         deadline = started + runtime.transaction_timeout_ms / 1000 + runtime.commit_timeout_s
-        fenced: set[str] = {stream.transactional_id}
+        released: set[str] = set()
         while (found := await stream.stable_offsets(inputs)) is None:
             now = loop.time()
             if now >= deadline:
@@ -366,9 +373,10 @@ class PartitionOwner:
                     f"{now - started:.0f} s"
                 )
             if now - started >= SETTLE_S:
-                for transactional_id in sorted(await stream.committed_metadata(inputs) - fenced):
-                    await stream.fence(transactional_id)
-                    fenced.add(transactional_id)
+                holders = await stream.committed_metadata(inputs) | {stream.transactional_id}
+                for transactional_id in sorted(holders - released):
+                    await stream.release_offsets(transactional_id)
+                    released.add(transactional_id)
             await asyncio.sleep(_STABLE_POLL_S)
         missing = [tp for tp, (offset, _) in found.items() if offset < 0]
         beginnings = await self._ctx.inputs.beginning_offsets(missing) if missing else {}

@@ -92,6 +92,10 @@ class TxnProducer(Protocol):
     ) -> list[Delivery]:
         """Queue ``records`` for one partition in the open transaction, in order."""
 
+    async def add_group(self, group_id: str) -> None:
+        """AddOffsetsToTxn alone: the transaction's markers also go to the group's offsets
+        partition, where an ABORT ends whatever offsets this producer id left pending."""
+
     async def commit_offsets(
         self,
         group_id: str,
@@ -271,9 +275,8 @@ class KafkaTxnProducer:
         membership: Membership,
         offsets: Mapping[TopicPartition, OffsetAndMetadata],
     ) -> None:
+        await self.add_group(group_id)
         manager = self._producer._txn_manager
-        await self._add_offsets(group_id, manager.producer_id, manager.producer_epoch)
-        manager.consumer_group_added(group_id)
         while True:
             request = GroupTxnOffsetCommit(
                 transactional_id=self.transactional_id,
@@ -291,6 +294,12 @@ class KafkaTxnProducer:
                 self._coordinators.pop((GROUP_COORDINATOR, group_id), None)
             raise_for_offsets(errors, membership)
             await asyncio.sleep(_RETRY_S)
+
+    async def add_group(self, group_id: str) -> None:
+        manager = self._producer._txn_manager
+        await self._add_offsets(group_id, manager.producer_id, manager.producer_epoch)
+        # aiokafka then ends the transaction with EndTxn even when no record was sent.
+        manager.consumer_group_added(group_id)
 
     async def _add_offsets(self, group_id: str, producer_id: int, epoch: int) -> None:
         """AddOffsetsToTxn: the transaction will write its markers to the group's offsets."""

@@ -10,9 +10,10 @@ a member outside any generation sends nothing. A share the broker refuses for go
 alone, so only its own partition sees the refusal.
 
 The offsets carry the transactional id as their metadata: a new owner that finds a partition's
-offsets unstable (a transaction of the previous owner still open) reads whose producer holds them
-and fences it (:meth:`TransactionStream.fence`), which aborts that transaction at once instead of
-after the broker's transaction timeout.
+offsets unstable (a transaction of the previous owner still open, or offsets a broker restart left
+pending) reads whose producer holds them and releases them
+(:meth:`TransactionStream.release_offsets`), which aborts that transaction at once instead of
+after the broker's transaction timeout, and ends pending offsets no transaction would ever end.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ class TransactionStream:
         self._faults = faults
         self._producer: TxnProducer | None = None
         self._queue: list[Share] = []
-        self._probes: list[tuple[list[TopicPartition], asyncio.Future[None]]] = []
+        self._probes: list[tuple[list[TopicPartition], bool, asyncio.Future[None]]] = []
         self._wakeup = asyncio.Event()
         self.transactions = 0
         """Transactions committed so far."""
@@ -139,11 +140,12 @@ class TransactionStream:
         self._wakeup.set()
         return await share.done
 
-    async def abort_probe(self, partitions: list[TopicPartition]) -> None:
-        """An abort-only transaction writing a probe record to each partition: its ABORT markers
-        end whatever batches of this producer id are left open there."""
+    async def abort_probe(self, partitions: list[TopicPartition], *, group: bool = False) -> None:
+        """An abort-only transaction writing a probe record to each partition (and, with
+        ``group``, adding the group's offsets): its ABORT markers end whatever batches, and
+        pending offsets, of this producer id are left open there."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._probes.append((partitions, future))
+        self._probes.append((partitions, group, future))
         self._wakeup.set()
         await future
 
@@ -153,17 +155,19 @@ class TransactionStream:
             await self._wakeup.wait()
             self._wakeup.clear()
             probes, self._probes = self._probes, []
-            for partitions, future in probes:
-                await self._probe(partitions, future)
+            for partitions, group, future in probes:
+                await self._probe(partitions, group, future)
             batch, self._queue = self._queue, []
             batch = [share for share in batch if not share.done.done()]
             if batch:
                 await self._commit(batch)
 
-    async def _probe(self, partitions: list[TopicPartition], future: asyncio.Future[None]) -> None:
+    async def _probe(
+        self, partitions: list[TopicPartition], group: bool, future: asyncio.Future[None]
+    ) -> None:
         try:
             producer = await self._ready_producer()
-            await _abort_only(producer, partitions)
+            await _abort_only(producer, partitions, self._group_id if group else None)
         except Exception as exc:  # noqa: BLE001 - the asker gets it; the stream goes on
             await self._renew()
             if not future.done():
@@ -282,18 +286,24 @@ class TransactionStream:
             raise CommitFailedError(f"the offset fetch failed with error codes {sorted(errors)}")
         return found
 
-    async def fence(self, transactional_id: str) -> None:
-        """Fence the producer of another transactional id: its InitProducerId aborts the
-        transaction that producer has open (no-op for this stream's own id)."""
-        if transactional_id == self.transactional_id:
-            return
+    async def release_offsets(self, transactional_id: str) -> None:
+        """End what the producer of ``transactional_id`` holds of the group's offsets: an
+        abort-only transaction of that id that adds the group's offsets. For another id it runs
+        on a producer of its own, whose InitProducerId first fences that producer and aborts the
+        transaction it has open; its ABORT marker on the group's offsets partition then ends
+        offsets that producer id left pending with no transaction the coordinator still knows
+        of (a commit whose markers a broker restart dropped), which no InitProducerId ends."""
         logger.warning(
-            "transactional_id=<%s> | fencing the producer that holds this partition's offsets",
+            "transactional_id=<%s> | ending what this producer holds of the partition's offsets",
             transactional_id,
         )
+        if transactional_id == self.transactional_id:
+            await self.abort_probe([], group=True)
+            return
         producer = self._transport.producer(transactional_id)
         try:
             await producer.start()
+            await _abort_only(producer, [], self._group_id)
         finally:
             await producer.close()
 
@@ -341,9 +351,13 @@ class TransactionStream:
             )
 
 
-async def _abort_only(producer: TxnProducer, partitions: list[TopicPartition]) -> None:
+async def _abort_only(
+    producer: TxnProducer, partitions: list[TopicPartition], group_id: str | None = None
+) -> None:
     await producer.begin()
     try:
+        if group_id is not None:
+            await producer.add_group(group_id)
         for tp in partitions:
             probe = OutRecord(tp.topic, PROBE_KEY, None, partition=tp.partition)
             for delivery, _ in await producer.send(tp.topic, tp.partition, [probe]):

@@ -16,6 +16,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 
+from service.runtime.offset_fetch import UNSTABLE_OFFSET_COMMIT
 from service.sessions.codec import encode_state
 from service.sessions.store import event_seq_header
 from tests.support.own_broker import own_broker
@@ -30,6 +31,9 @@ from tests.support.runtime_harness import (
 from tests.support.txn_probe import (
     VERIFICATION_OFF,
     fabricate_hanging_transaction,
+    fabricate_pending_offsets,
+    fence,
+    group_offsets,
     offsets_writer,
     partition_offsets,
 )
@@ -165,3 +169,60 @@ async def test_a_batch_left_open_while_the_owner_serves_is_repaired_without_a_ne
                 await client.caught_up()
                 assert client.results_for(lost) == []
                 assert len(client.results_for(first["command_id"])) == 1
+
+
+async def test_offsets_left_pending_by_lost_markers_are_released_and_the_partition_served(
+    tmp_path: Path,
+) -> None:
+    """A broker restart can complete a transaction and lose its markers, the one to the group's
+    offsets partition among them: the input offsets then stay pending, and no InitProducerId
+    ends them, not even the next owner's of the same transactional id. The next owner must
+    release them (an abort of that producer id with the group's offsets) and serve, answering
+    what it reads again from the session state: no command twice."""
+    with own_broker(tmp_path / "kafka", VERIFICATION_OFF) as broker:
+        cluster = Cluster(broker.bootstrap, tmp_path, partitions=1)
+        await cluster.create_topics()
+        session = unique("s")
+        first = invoke(session, "hello", agent="simple")
+        with services() as procs:
+            proc = cluster.start("first")
+            procs.append(proc)
+            await proc.wait_ready()
+            async with Client(cluster) as client:
+                await client.send(first)
+                await client.result(first["command_id"], 60, alive=proc)
+            assert await proc.terminate() == 0
+
+        commands = TopicPartition(cluster.topics.commands, 0)
+        writer = await offsets_writer(broker.bootstrap, cluster.group, commands)
+        [(committed, _, _)] = (
+            await group_offsets(broker.bootstrap, cluster.group, [commands], require_stable=True)
+        ).values()
+        await fabricate_pending_offsets(
+            broker.bootstrap, writer, cluster.group, commands, committed + 5
+        )
+        await fence(broker.bootstrap, writer)
+        [(_, _, error)] = (
+            await group_offsets(broker.bootstrap, cluster.group, [commands], require_stable=True)
+        ).values()
+        assert error == UNSTABLE_OFFSET_COMMIT, "a new epoch of the writer ended the offsets"
+
+        with services() as procs:
+            proc = cluster.start("second")
+            procs.append(proc)
+            # Unreleased, the owner would wait out the transaction timeout (20 s) and fail,
+            # again and again.
+            await proc.wait_ready(timeout=15)
+            async with Client(cluster) as client:
+                after = invoke(session, "and now?", agent="simple")
+                await client.send(after)
+                await client.result(after["command_id"], 60, alive=proc)
+                await client.caught_up()
+                assert len(client.results_for(first["command_id"])) == 1
+                assert len(client.results_for(after["command_id"])) == 1
+            assert await proc.terminate() == 0, proc.text()[-3000:]
+        # The released offsets went back to the last commit, the drain's moved them past both.
+        [(offset, _, error)] = (
+            await group_offsets(broker.bootstrap, cluster.group, [commands], require_stable=True)
+        ).values()
+        assert error == 0 and offset == committed + 1

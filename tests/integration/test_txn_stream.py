@@ -244,7 +244,7 @@ async def test_fencing_the_producer_the_offsets_name_aborts_its_open_transaction
     try:
         assert await successor.stable_offsets(inputs) is None
         assert await successor.committed_metadata(inputs) == {f"{unique_name}-old"}
-        await successor.fence(f"{unique_name}-old")
+        await successor.release_offsets(f"{unique_name}-old")
         deadline = asyncio.get_running_loop().time() + 10
         while (stable := await successor.stable_offsets(inputs)) is None:
             assert asyncio.get_running_loop().time() < deadline, "still unstable after fencing"

@@ -49,6 +49,7 @@ CALLS = (
     "partition_of",
     "send",
     "delivery",
+    "add_group",
     "offsets",
     "commit",
     "abort",
@@ -78,6 +79,7 @@ INJECTION_POINTS: dict[str, tuple[str, ...]] = {
     "TxnProducer.begin": ("begin",),
     "TxnProducer.partition_of": ("partition_of",),
     "TxnProducer.send": ("send", "delivery"),
+    "TxnProducer.add_group": ("add_group",),
     "TxnProducer.commit_offsets": ("offsets",),
     "TxnProducer.commit": ("commit",),
     "TxnProducer.abort": ("abort",),
@@ -152,10 +154,13 @@ class Entry:
 
 @dataclass
 class Txn:
+    transactional_id: str
     epoch: int
     entries: list[Entry] = field(default_factory=list)
     partitions: set[tuple[str, int]] = field(default_factory=set)
     offsets: dict[TopicPartition, OffsetAndMetadata] = field(default_factory=dict)
+    group: bool = False
+    """The group's offsets partition is in the transaction (its markers go there too)."""
 
 
 class MemoryKafka:
@@ -167,6 +172,9 @@ class MemoryKafka:
         self.generation = 1
         self.members = {"member-1"}
         self.committed: dict[TopicPartition, tuple[int, str]] = {}
+        self.pending: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+        """Offsets a producer id left pending with no transaction to end them (lost markers):
+        only a marker of that producer id on the group's offsets partition ends them."""
         self.too_large: set[str] = set()
         """Topics whose every record the broker refuses for good."""
         self.calls: list[tuple[str, str]] = []
@@ -214,6 +222,13 @@ class MemoryKafka:
             for entry in entries
             if entry.state == "committed"
         ]
+
+    def lose_markers(self, transactional_id: str) -> None:
+        """The coordinator completes the open transaction of ``transactional_id`` and its
+        markers are lost (a broker restart): its batches stay open and its offsets pending,
+        and no InitProducerId ends them any more."""
+        txn = self.open.pop(transactional_id)
+        self.pending.setdefault(transactional_id, {}).update(txn.offsets)
 
     def open_entries(self) -> int:
         return sum(1 for entries in self.logs.values() for e in entries if e.state == "open")
@@ -283,6 +298,11 @@ class MemoryKafka:
 
     def _end(self, txn: Txn, *, committed: bool) -> None:
         state = "committed" if committed else "aborted"
+        if txn.group:
+            # The marker on the group's offsets partition ends what this producer id left there.
+            left = self.pending.pop(txn.transactional_id, {})
+            if committed:
+                txn.offsets = {**left, **txn.offsets}
         for entry in txn.entries:
             entry.state = state
         producers = {entry.producer for entry in txn.entries}
@@ -312,7 +332,7 @@ class MemoryProducer:
         await self.kafka.enter(self.transactional_id, "begin")
         self.kafka.check_epoch(self.transactional_id, self.epoch)
         assert self.transactional_id not in self.kafka.open, "a transaction is already open"
-        self.kafka.open[self.transactional_id] = Txn(self.epoch)
+        self.kafka.open[self.transactional_id] = Txn(self.transactional_id, self.epoch)
 
     async def partition_of(self, topic: str, key: bytes | None) -> int:
         await self.kafka.enter(self.transactional_id, "partition_of")
@@ -343,6 +363,12 @@ class MemoryProducer:
             txn.entries.append(entry)
         return [(delivered, len(records))]
 
+    async def add_group(self, group_id: str) -> None:
+        kafka = self.kafka
+        await kafka.enter(self.transactional_id, "add_group")
+        kafka.check_epoch(self.transactional_id, self.epoch)
+        kafka.open[self.transactional_id].group = True
+
     async def commit_offsets(
         self,
         group_id: str,
@@ -351,6 +377,7 @@ class MemoryProducer:
     ) -> None:
         kafka = self.kafka
         await kafka.enter(self.transactional_id, "offsets")
+        kafka.open[self.transactional_id].group = True
         kafka.check_epoch(self.transactional_id, self.epoch)
         if membership.generation_id != kafka.generation:
             raise GroupFencedError("ILLEGAL_GENERATION")
@@ -383,6 +410,7 @@ class MemoryGroupOffsets:
         kafka = self.kafka
         await kafka.enter("group", "fetch")
         pending = {tp for txn in kafka.open.values() for tp in txn.offsets}
+        pending.update(tp for left in kafka.pending.values() for tp in left)
         found = {}
         for tp in partitions:
             if require_stable and tp in pending:

@@ -17,9 +17,16 @@ from collections.abc import Iterable
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
+from aiokafka.structs import OffsetAndMetadata
 
 from service.runtime.offset_fetch import StableOffsetFetch, fetched_all
 from service.runtime.transport import GROUP_COORDINATOR
+from service.runtime.txn_offset_commit import (
+    NO_GENERATION,
+    GroupTxnOffsetCommit,
+    Membership,
+    partition_errors,
+)
 
 VERIFICATION_OFF = {"transaction.partition.verification.enable": "false"}
 """Broker properties under which a fabricated transaction can reach a partition."""
@@ -115,6 +122,39 @@ async def fabricate_hanging_transaction(
     return offset
 
 
+async def fabricate_pending_offsets(
+    bootstrap: str, transactional_id: str, group: str, tp: TopicPartition, offset: int
+) -> None:
+    """Leave ``offset`` of ``tp`` pending in ``group`` under the producer id of
+    ``transactional_id``, in no transaction the coordinator knows of (the TxnOffsetCommit goes
+    to the group coordinator with no AddOffsetsToTxn): what a broker restart that lost a
+    completed transaction's markers leaves. OffsetFetch with require_stable then answers
+    UNSTABLE_OFFSET_COMMIT for ``tp`` until a marker of that producer id reaches the group's
+    offsets partition; no InitProducerId sends one. Needs a broker that does not verify
+    transactional writes (:data:`VERIFICATION_OFF`), and a group with no member."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=transactional_id)
+    await producer.start()
+    try:
+        manager = producer._txn_manager
+        node = await producer.client.coordinator_lookup(GROUP_COORDINATOR, group)
+        request = GroupTxnOffsetCommit(
+            transactional_id=transactional_id,
+            group_id=group,
+            producer_id=manager.producer_id,
+            producer_epoch=manager.producer_epoch,
+            membership=Membership(NO_GENERATION, ""),
+            offsets={tp: OffsetAndMetadata(offset, transactional_id)},
+        )
+        errors = partition_errors(await producer.client.send(node, request))
+        if set(errors.values()) != {0}:
+            raise VerifiedProduceError(
+                f"{tp}: the group coordinator refused offsets outside a transaction it knows "
+                f"of ({errors}); start the broker with {VERIFICATION_OFF}"
+            )
+    finally:
+        await producer.stop()
+
+
 async def fence(bootstrap: str, transactional_id: str) -> None:
     """InitProducerId of ``transactional_id`` (the next epoch), as a new owner's producer does."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=transactional_id)
@@ -127,17 +167,25 @@ async def offsets_writers(
 ) -> dict[TopicPartition, str]:
     """The transactional id the group's committed offset of each partition names as its writer
     (the metadata every transaction of the runtime commits its offsets with)."""
+    found = await group_offsets(bootstrap, group, partitions, require_stable=False)
+    writers = {tp: metadata for tp, (_, metadata, _) in found.items()}
+    assert all(writers.values()), f"offsets no transaction of the runtime committed: {writers}"
+    return writers
+
+
+async def group_offsets(
+    bootstrap: str, group: str, partitions: list[TopicPartition], *, require_stable: bool
+) -> dict[TopicPartition, tuple[int, str, int]]:
+    """The group's committed offsets by partition: (offset, metadata, error code); with
+    ``require_stable`` a partition whose offsets are still pending has error 88."""
     client = AIOKafkaClient(bootstrap_servers=bootstrap)
     await client.bootstrap()
     try:
         node = await client.coordinator_lookup(GROUP_COORDINATOR, group)
-        request = StableOffsetFetch(group, partitions, require_stable=False)
-        found = fetched_all(await client.send(node, request))
+        request = StableOffsetFetch(group, partitions, require_stable=require_stable)
+        return fetched_all(await client.send(node, request))
     finally:
         await client.close()
-    writers = {tp: metadata for tp, (_, metadata, _) in found.items()}
-    assert all(writers.values()), f"offsets no transaction of the runtime committed: {writers}"
-    return writers
 
 
 async def offsets_writer(bootstrap: str, group: str, tp: TopicPartition) -> str:

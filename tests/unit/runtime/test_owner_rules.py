@@ -265,8 +265,11 @@ async def test_a_takeover_fences_the_writer_the_offsets_name_and_ends_what_it_le
     assert kafka.open_entries() == 0
     fenced = kafka.calls.index((OLD, "start"), 1)
     assert fenced < first(kafka, "input", "input.seek")
-    assert first(kafka, "sessions", "sessions.read_open") < first(kafka, OLD, "abort")
-    assert first(kafka, OLD, "abort") < first(kafka, "sessions", "sessions.restore")
+    # Released (fenced, then an abort with the group's offsets), then the repair's abort.
+    aborts = [i for i, call in enumerate(kafka.calls) if call == (OLD, "abort")]
+    assert first(kafka, OLD, "add_group") < aborts[0] < first(kafka, "input", "input.seek")
+    assert first(kafka, "sessions", "sessions.read_open") < aborts[-1]
+    assert aborts[-1] < first(kafka, "sessions", "sessions.restore")
 
 
 async def test_a_transaction_that_ends_within_the_settle_time_is_waited_for_not_fenced(
@@ -418,6 +421,33 @@ async def test_a_stop_whose_steps_finish_within_the_grace_period_commits_them(
     assert answered(kafka) == Counter({"c0": 1, "c1": 1})
 
 
+@pytest.mark.parametrize("holder", [OURS, OLD])
+async def test_offsets_a_broker_restart_left_pending_are_released_and_the_partition_served(
+    tmp_path: Path, holder: str
+) -> None:
+    """The previous owner's last commit was completed by the coordinator and its markers were
+    lost: its offsets stay pending and its batches open, whatever producer starts. The new owner
+    releases the offsets as the producer holding them (its own id, as in ``partition`` mode, or
+    the one the offsets name), repairs the batches, and answers every command once."""
+    kafka = MemoryKafka()
+    put(kafka, *(command(i) for i in range(4)))
+    kafka.committed[COMMANDS_0] = (2, holder)
+    lost = kafka.producer(holder)
+    await lost.start()
+    await lost.begin()
+    await lost.send(TOPICS.results, 0, [OutRecord(TOPICS.results, b"s0", b"stray", partition=0)])
+    await lost.commit_offsets(GROUP, kafka.membership(), {COMMANDS_0: OffsetAndMetadata(4, holder)})
+    kafka.lose_markers(holder)
+    async with Instance(kafka, tmp_path) as instance:
+        owner, task = instance.owner()
+        await until(lambda: committed(kafka) == 4, "the commands after the released offsets")
+        assert await instance.stop(owner, task) is OwnerExit.STOPPED
+    assert answered(kafka) == Counter({"c2": 1, "c3": 1})
+    assert b"stray" not in kafka.visible(TOPICS.results)
+    assert kafka.pending == {}
+    assert (holder, "add_group") in kafka.calls
+
+
 async def test_a_failed_read_of_a_fork_source_answers_the_fork_and_the_partition_goes_on(
     tmp_path: Path,
 ) -> None:
@@ -453,6 +483,7 @@ OWNER_CALLS = (
     "partition_of",
     "send",
     "delivery",
+    "add_group",
     "offsets",
     "commit",
     "abort",

@@ -284,11 +284,64 @@ async def test_offsets_are_unstable_while_a_dead_owner_holds_them_until_it_is_fe
 
     assert await stream.stable_offsets(inputs) is None
     assert await stream.committed_metadata(inputs) == {"g-old"}
-    await stream.fence("g-old")
+    await stream.release_offsets("g-old")
     assert await stream.stable_offsets(inputs) == {inputs[0]: (1, "g-old")}
     assert kafka.visible(RESULTS) == [b"p0@1"]
-    await stream.fence(stream.transactional_id)  # its own id: never fenced
+    # Its own id: an abort-only transaction of its own producer, never a new epoch.
+    await stream.release_offsets(stream.transactional_id)
     assert kafka.epochs["g-a"] == 0
+    assert ("g-a", "add_group") in kafka.calls
+
+
+@pytest.mark.parametrize("holder", ["g-a", "g-old"])
+async def test_offsets_left_pending_by_lost_markers_are_released_by_their_producer_id(
+    kafka: MemoryKafka, holder: str
+) -> None:
+    """A broker restart completed a transaction and lost its markers: no InitProducerId ends
+    its pending offsets (the successor's own, when it has the same id, or a fencing one), an
+    abort of the same producer id with the group's offsets does, and the offsets stay where
+    the last commit with its markers left them."""
+    inputs = [TopicPartition(COMMANDS, 0)]
+    kafka.committed[inputs[0]] = (1, holder)
+    lost = kafka.producer(holder)
+    await lost.start()
+    await lost.begin()
+    await lost.send(RESULTS, 0, [OutRecord(RESULTS, b"s", b"lost", partition=0)])
+    await lost.commit_offsets(GROUP, kafka.membership(), {inputs[0]: OffsetAndMetadata(2, holder)})
+    kafka.lose_markers(holder)
+    await kafka.producer(holder).start()
+    successor = make_stream(kafka, "g-a")
+    await successor.start()
+    task = asyncio.create_task(successor.run())
+    try:
+        assert await successor.stable_offsets(inputs) is None
+        await successor.release_offsets(holder)
+        assert await successor.stable_offsets(inputs) == {inputs[0]: (1, holder)}
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await successor.close()
+    assert kafka.visible(RESULTS) == []
+    assert kafka.pending == {}
+
+
+async def test_a_failed_release_leaves_the_offsets_pending_and_the_stream_serving(
+    kafka: MemoryKafka, stream: TransactionStream
+) -> None:
+    inputs = [TopicPartition(COMMANDS, 0)]
+    lost = kafka.producer("g-a")
+    lost.epoch = kafka.epochs["g-a"]
+    await lost.begin()
+    await lost.commit_offsets(GROUP, kafka.membership(), {inputs[0]: OffsetAndMetadata(5, "g-a")})
+    kafka.lose_markers("g-a")
+    kafka.fail("add_group", KafkaConnectionError("add_group failed"))
+    with pytest.raises(KafkaConnectionError):
+        await stream.release_offsets("g-a")
+    assert await stream.stable_offsets(inputs) is None
+    await stream.release_offsets("g-a")
+    assert await stream.stable_offsets(inputs) == {inputs[0]: (-1, "")}
+    await stream.transact(0, *share(0, 1))
+    assert kafka.visible(RESULTS) == [b"p0@1"]
 
 
 async def test_an_abort_as_another_producer_ends_what_it_left_open(
