@@ -1,7 +1,8 @@
 """The ``cairn serve`` and ``cairn topics create`` commands: run the service, lay out its topics.
 
 Guarantee: both read their configuration only from the settings (``CAIRN_`` environment); a
-topic layout the service cannot run on ends the command with a clear message and status 1.
+topic layout the service cannot run on, or a broker ``serve`` cannot connect to (unreachable, or
+refusing its credentials), ends the command with a clear message and status 1.
 """
 
 from __future__ import annotations
@@ -19,14 +20,22 @@ if TYPE_CHECKING:
 
 def _serve(_: argparse.Namespace) -> int:
     exit_on_early_stop()
+    from aiokafka.errors import KafkaConnectionError
+
     from service.agent_config import AgentConfigError
     from service.app import run_service
     from service.runtime.topics import TopicLayoutError
 
+    settings = Settings()
     try:
-        run_service(Settings())
+        run_service(settings)
     except (TopicLayoutError, AgentConfigError) as exc:
         print(f"cairn serve: {exc}", file=sys.stderr)
+        return 1
+    except KafkaConnectionError as exc:
+        # aiokafka has logged why each connection failed (refused, or SaslAuthenticationFailed).
+        bootstrap = settings.kafka.bootstrap_servers
+        print(f"cairn serve: cannot connect to the broker at {bootstrap}: {exc}", file=sys.stderr)
         return 1
     return 0
 
