@@ -9,9 +9,11 @@ admin user.
 
 Proven: over both listeners, a session pauses at an interrupt on one instance, is answered on
 another that restored it, a cancel and a dead letter are handled, and both instances stop cleanly;
-another user, or no user, can neither read sessions nor write results; wrong credentials make
-``cairn serve`` say so in one line, without a traceback; no password shows in a service's log, its
-``/metrics`` or anything it publishes.
+the broker's authorizer log (every decision, allowed ones too) shows nothing of the service's
+denied and each grant used, the reads of results and events by the repair of a transaction left
+open, which one test provokes; another user, or no user, can neither read sessions nor write
+results; wrong credentials make ``cairn serve`` say so in one line, without a traceback; no
+password shows in a service's log, its ``/metrics`` or anything it publishes.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 import pytest_asyncio
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -36,6 +39,7 @@ from aiokafka.errors import (
 )
 
 from service.runtime.clients import connection_options
+from service.runtime.runtime import partition_transactional_id
 from service.settings import GroupSettings, KafkaSettings
 from tests.support.own_broker import LOCAL_KAFKA_DIR, OwnBroker, own_broker
 from tests.support.runtime_harness import (
@@ -59,6 +63,7 @@ from tests.support.secure_kafka import (
     scram_users,
     service_env,
 )
+from tests.support.txn_probe import VERIFICATION_OFF, fabricate_hanging_transaction
 
 pytestmark = [
     pytest.mark.kafka,
@@ -103,7 +108,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         users=passwords,
         log_authorizations=True,
     )
-    with own_broker(base / "kafka", security=security) as broker:
+    # Without verification of transactional produces a test can leave a batch open on purpose.
+    with own_broker(base / "kafka", VERIFICATION_OFF, security=security) as broker:
         yield Secured(broker, certificates, passwords)
 
 
@@ -234,6 +240,62 @@ async def test_the_service_runs_end_to_end_with_only_the_documented_acls(
         second_metrics=second_metrics,
         published=published,
     )
+
+
+async def test_a_transaction_left_open_is_repaired_with_the_documented_acls(
+    secured: Secured, cluster: Cluster
+) -> None:
+    """The grants the run above never uses: a new owner reads back what a transaction left open
+    on results and events holds before it aborts it (docs/runtime.md, "Across broker
+    restarts")."""
+    session = unique("s")
+    with services() as procs:
+        first = _service(secured, cluster, "first", tls=False)
+        procs.append(first)
+        await first.wait_ready()
+        async with Client(cluster) as client:
+            hello = invoke(session, "hello", agent="simple")
+            await client.send(hello)
+            partition = (await client.result(hello["command_id"], alive=first))["_partition"]
+        assert await first.terminate() == 0, first.text()[-3000:]
+
+        # Batches of the partition's producer that no marker will end, as a lost commit leaves.
+        writer = partition_transactional_id(GroupSettings(group_id=cluster.group), partition)
+        admin = connection_options(secured.admin)
+        for topic, body in (
+            (cluster.topics.results, {"session_id": session, "command_id": unique("lost")}),
+            (cluster.topics.events, {"session_id": session, "seq": 1_000_000}),
+        ):
+            await fabricate_hanging_transaction(
+                secured.broker.bootstrap,
+                writer,
+                TopicPartition(topic, partition),
+                key=session.encode(),
+                value=orjson.dumps(body),
+                options=admin,
+            )
+
+        second = _service(secured, cluster, "second", tls=False)
+        procs.append(second)
+        await second.wait_log("transaction left open found", count=2)
+        await second.wait_ready()
+        async with Client(cluster) as client:
+            again = invoke(session, "still there?", agent="simple")
+            await client.send(again)
+            done = await client.result(again["command_id"], alive=second)
+            assert done["stop_reason"] == "end_turn", done
+        assert await second.terminate() == 0, second.text()[-3000:]
+
+    decisions = [
+        d
+        for d in authorizations(secured.broker.output.read_text(), f"User:{SERVICE_USER}")
+        if cluster.prefix in d.resource or cluster.group in d.resource
+    ]
+    assert [d for d in decisions if not d.allowed] == []
+    used = {d.granted for d in decisions}
+    assert ("topic", cluster.topics.results, "literal", "Read") in used
+    assert ("topic", cluster.topics.events, "literal", "Read") in used
+    assert used <= documented_service_acls(cluster.topics, GroupSettings(group_id=cluster.group))
 
 
 async def _refused(action: Any, timeout: float = 20.0) -> BaseException:
