@@ -81,8 +81,9 @@ STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 @dataclass(frozen=True)
 class BrokerSecurity:
     """Authenticated listeners in place of the plaintext one: SASL_PLAINTEXT on the broker's port
-    and SASL_SSL on ``ssl_port``, both SCRAM-SHA-512, with the StandardAuthorizer denying what no
-    ACL allows.
+    and SASL_SSL on ``ssl_port``, both SCRAM-SHA-512, and SSL with client certificates on
+    ``mtls_port`` (the principal is the certificate's CN: ``CN=cairn,...`` is ``User:cairn``),
+    with the StandardAuthorizer denying what no ACL allows.
 
     The broker talks to itself over SASL_PLAINTEXT as ``broker_user``; the controller listener
     stays plaintext on loopback, so its principal ``User:ANONYMOUS`` is a super user (KRaft
@@ -92,8 +93,11 @@ class BrokerSecurity:
     """
 
     ssl_port: int
+    mtls_port: int
     keystore_pem: Path
     """The broker's private key (PKCS#8, unencrypted) followed by its certificate chain."""
+    truststore_pem: Path
+    """The CA whose client certificates the SSL listener accepts."""
     users: Mapping[str, str]
     broker_user: str = "broker"
     admin_user: str = "admin"
@@ -131,13 +135,14 @@ class BrokerSecurity:
         return {
             "listeners": (
                 f"SASL_PLAINTEXT://{host}:{port},SASL_SSL://{host}:{self.ssl_port},"
-                f"CONTROLLER://{host}:{controller_port}"
+                f"SSL://{host}:{self.mtls_port},CONTROLLER://{host}:{controller_port}"
             ),
             "advertised.listeners": (
-                f"SASL_PLAINTEXT://{host}:{port},SASL_SSL://{host}:{self.ssl_port}"
+                f"SASL_PLAINTEXT://{host}:{port},SASL_SSL://{host}:{self.ssl_port},"
+                f"SSL://{host}:{self.mtls_port}"
             ),
             "listener.security.protocol.map": (
-                "CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
+                "CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL"
             ),
             "inter.broker.listener.name": "SASL_PLAINTEXT",
             "sasl.enabled.mechanisms": SCRAM_MECHANISM,
@@ -147,6 +152,10 @@ class BrokerSecurity:
             "ssl.keystore.type": "PEM",
             "ssl.keystore.location": str(self.keystore_pem),
             "ssl.client.auth": "none",
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.truststore_pem),
+            "listener.name.ssl.ssl.client.auth": "required",
+            "ssl.principal.mapping.rules": "RULE:^CN=([^,]+).*$/$1/,DEFAULT",
             "authorizer.class.name": STANDARD_AUTHORIZER,
             "allow.everyone.if.no.acl.found": "false",
             "super.users": self.super_users,
@@ -184,7 +193,8 @@ class BrokerConfig:
     @property
     def ports(self) -> tuple[int, ...]:
         """Every port the broker binds."""
-        extra = () if self.security is None else (self.security.ssl_port,)
+        security = self.security
+        extra = () if security is None else (security.ssl_port, security.mtls_port)
         return (self.port, self.controller_port, *extra)
 
     @property

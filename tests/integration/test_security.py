@@ -1,13 +1,14 @@
 """Cairn against an authenticated broker with ACLs, as a SCRAM user holding only the documented
 ACL set.
 
-One broker of this module's own: SASL_PLAINTEXT and SASL_SSL listeners (SCRAM-SHA-512, a CA and a
-broker certificate made here), the StandardAuthorizer with ``allow.everyone.if.no.acl.found=false``.
+One broker of this module's own: SASL_PLAINTEXT and SASL_SSL listeners (SCRAM-SHA-512), an SSL
+listener requiring client certificates (their CN is the user), a CA and the certificates made
+here, the StandardAuthorizer with ``allow.everyone.if.no.acl.found=false``.
 The service's user ``cairn`` is granted exactly the ACLs of deploy/k8s/strimzi's KafkaUser (the
 set docs/runtime.md lists), renamed to each test's topics and group; the test's own client is the
 admin user.
 
-Proven: over both listeners, a session pauses at an interrupt on one instance, is answered on
+Proven: over each listener, a session pauses at an interrupt on one instance, is answered on
 another that restored it, a cancel and a dead letter are handled, and both instances stop cleanly;
 the broker's authorizer log (every decision, allowed ones too) shows nothing of the service's
 denied and each grant used, the reads of results and events by the repair of a transaction left
@@ -82,11 +83,18 @@ class Secured:
     passwords: dict[str, str]
 
     def settings(
-        self, user: str | None, *, tls: bool = False, password: str | None = None
+        self, user: str | None, listener: str = "sasl_plaintext", *, password: str | None = None
     ) -> KafkaSettings:
-        bootstrap = self.broker.ssl_bootstrap if tls else self.broker.bootstrap
+        """How ``user`` connects to a listener: SCRAM (``password``, else the user's own) on the
+        SASL ones, the user's client certificate on ``ssl``."""
         given = password or (self.passwords[user] if user is not None else None)
-        return kafka_settings(bootstrap, user, given, tls=self.certificates if tls else None)
+        if listener == "ssl":
+            return kafka_settings(
+                self.broker.mtls_bootstrap, user, None, tls=self.certificates, protocol="SSL"
+            )
+        if listener == "sasl_ssl":
+            return kafka_settings(self.broker.ssl_bootstrap, user, given, tls=self.certificates)
+        return kafka_settings(self.broker.bootstrap, user, given)
 
     @property
     def admin(self) -> KafkaSettings:
@@ -104,7 +112,9 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     passwords = scram_users("admin", "broker", SERVICE_USER, OTHER_USER)
     security = BrokerSecurity(
         ssl_port=0,
+        mtls_port=0,
         keystore_pem=certificates.keystore_pem,
+        truststore_pem=certificates.ca_pem,
         users=passwords,
         log_authorizations=True,
     )
@@ -123,8 +133,8 @@ async def cluster(secured: Secured, tmp_path: Path) -> AsyncIterator[Cluster]:
     yield made
 
 
-def _service(secured: Secured, cluster: Cluster, name: str, *, tls: bool) -> ServiceProcess:
-    env = service_env(secured.settings(SERVICE_USER, tls=tls))
+def _service(secured: Secured, cluster: Cluster, name: str, listener: str) -> ServiceProcess:
+    env = service_env(secured.settings(SERVICE_USER, listener))
     return cluster.start(name, **env)
 
 
@@ -146,12 +156,12 @@ def _leaks(secured: Secured, **outputs: str) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("tls", [False, True], ids=["sasl_plaintext", "sasl_ssl"])
+@pytest.mark.parametrize("listener", ["sasl_plaintext", "sasl_ssl", "ssl"])
 async def test_the_service_runs_end_to_end_with_only_the_documented_acls(
-    secured: Secured, cluster: Cluster, tls: bool
+    secured: Secured, cluster: Cluster, listener: str
 ) -> None:
     with services() as procs:
-        first = _service(secured, cluster, "first", tls=tls)
+        first = _service(secured, cluster, "first", listener)
         procs.append(first)
         await first.wait_ready()
         async with Client(cluster) as client:
@@ -165,7 +175,7 @@ async def test_the_service_runs_end_to_end_with_only_the_documented_acls(
             assert await first.terminate() == 0, first.text()[-3000:]
 
             # Answered on a second instance, which restored the session from the topic.
-            second = _service(secured, cluster, "second", tls=tls)
+            second = _service(secured, cluster, "second", listener)
             procs.append(second)
             await second.wait_ready()
             answer = resume(
@@ -250,7 +260,7 @@ async def test_a_transaction_left_open_is_repaired_with_the_documented_acls(
     restarts")."""
     session = unique("s")
     with services() as procs:
-        first = _service(secured, cluster, "first", tls=False)
+        first = _service(secured, cluster, "first", "sasl_plaintext")
         procs.append(first)
         await first.wait_ready()
         async with Client(cluster) as client:
@@ -275,7 +285,7 @@ async def test_a_transaction_left_open_is_repaired_with_the_documented_acls(
                 options=admin,
             )
 
-        second = _service(secured, cluster, "second", tls=False)
+        second = _service(secured, cluster, "second", "sasl_plaintext")
         procs.append(second)
         await second.wait_log("transaction left open found", count=2)
         await second.wait_ready()
@@ -306,7 +316,7 @@ async def _refused(action: Any, timeout: float = 20.0) -> BaseException:
     raise AssertionError("the broker allowed it")
 
 
-async def _read(settings: KafkaSettings, topic: str, within: float = 8.0) -> tuple[int, bool]:
+async def _read(settings: KafkaSettings, topic: str, within: float = 5.0) -> tuple[int, bool]:
     """(records read from ``topic`` within the time, whether its metadata was refused)."""
     consumer = AIOKafkaConsumer(
         **connection_options(settings),
@@ -350,8 +360,8 @@ async def test_other_users_and_anonymous_clients_cannot_read_sessions_or_write_r
         f"User:{OTHER_USER}",
         {("topic", cluster.topics.commands, "literal", op) for op in ("Write", "Describe")},
     )
-    for tls in (False, True):
-        other = secured.settings(OTHER_USER, tls=tls)
+    for listener in ("sasl_plaintext", "sasl_ssl", "ssl"):
+        other = secured.settings(OTHER_USER, listener)
         await _write(other, cluster.topics.commands)
         assert await _read(other, sessions) == (0, True)
         denied = await _refused(lambda other=other: _write(other, results))
@@ -370,10 +380,12 @@ async def test_other_users_and_anonymous_clients_cannot_read_sessions_or_write_r
         f"Topic:LITERAL:{cluster.topics.commands}"
     }
 
-    # The service's user name with another password, and no credentials at all, get nowhere.
+    # The service's user name with another password, and no credentials at all (no SASL; TLS
+    # without a client certificate), get nowhere.
     wrong = secured.settings(SERVICE_USER, password=f"pw-{secrets.token_hex(12)}")
     anonymous = kafka_settings(secured.broker.bootstrap, None, None, protocol="PLAINTEXT")
-    for settings in (wrong, anonymous):
+    no_certificate = secured.settings(None, "ssl")
+    for settings in (wrong, anonymous, no_certificate):
         attempts = (
             lambda settings=settings: _read(settings, sessions),
             lambda settings=settings: _write(settings, results),

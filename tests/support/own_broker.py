@@ -57,6 +57,13 @@ class OwnBroker:
         return f"{config.host}:{config.security.ssl_port}"
 
     @property
+    def mtls_bootstrap(self) -> str:
+        """The SSL listener (client certificates) of a broker started with ``security``."""
+        config = self._local.config
+        assert config.security is not None, "a broker without security has no SSL listener"
+        return f"{config.host}:{config.security.mtls_port}"
+
+    @property
     def data_dir(self) -> Path:
         return Path(self._local.config.data_dir)
 
@@ -128,8 +135,9 @@ def own_broker(
 ) -> Iterator[OwnBroker]:
     """Start a broker for the caller alone; it is stopped when the context ends.
 
-    ``security`` (a ``kafka_local_config.BrokerSecurity``, its ``ssl_port`` taken from a free
-    port here) replaces the plaintext listener with authenticated ones and turns on ACLs.
+    ``security`` (a ``kafka_local_config.BrokerSecurity``, its ``ssl_port`` and ``mtls_port``
+    taken from free ports here) replaces the plaintext listener with authenticated ones and
+    turns on ACLs.
 
     Its data goes under ``$CAIRN_TEST_KAFKA_DIR`` when that is set (CI stops what it finds
     there), else under ``fallback_base``. The suite's shared broker is one too, started with the
@@ -145,8 +153,12 @@ def own_broker(
     }
     attempts = 3
     for attempt in range(1, attempts + 1):
-        port, controller_port, ssl_port = _free_ports(kafka_local, 3)
-        secured = None if security is None else dataclasses.replace(security, ssl_port=ssl_port)
+        port, controller_port, ssl_port, mtls_port = _free_ports(kafka_local, 4)
+        secured = (
+            None
+            if security is None
+            else dataclasses.replace(security, ssl_port=ssl_port, mtls_port=mtls_port)
+        )
         config = kafka_local.BrokerConfig(
             data_dir=Path(tempfile.mkdtemp(prefix="own-broker-", dir=base)),
             port=port,

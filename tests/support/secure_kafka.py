@@ -31,9 +31,28 @@ MECHANISM = "SCRAM-SHA-512"
 @dataclass(frozen=True)
 class Certificates:
     ca_pem: Path
-    """The authority the clients trust."""
+    """The authority the clients trust, and the broker trusts for client certificates."""
+    ca_key: Path
     keystore_pem: Path
     """The broker's key (PKCS#8) and certificate, valid for 127.0.0.1 and localhost."""
+
+    def client(self, name: str) -> tuple[Path, Path]:
+        """(certificate, key) of a client whose principal is ``User:name``, made on first use."""
+        folder = self.ca_pem.parent
+        key, csr, cert = (folder / f"client-{name}{ext}" for ext in (".key", ".csr", ".pem"))
+        if not cert.exists():
+            extensions = folder / "client.ext"
+            extensions.write_text("extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n")
+            _new_key(key)
+            # Subject written O first, so the name the broker reads starts with the CN.
+            subject = f"/O=cairn-test/CN={name}"
+            _openssl("req", "-new", "-key", str(key), "-subj", subject, "-out", str(csr))
+            _sign(csr, self, extensions, cert)
+        return cert, key
+
+
+def _new_key(path: Path) -> None:
+    _openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", str(path))
 
 
 def _openssl(*arguments: str) -> None:
@@ -53,22 +72,26 @@ def make_certificates(folder: Path) -> Certificates:
         "extendedKeyUsage=serverAuth\n"
         "basicConstraints=CA:FALSE\n"
     )
-    _openssl(
-        "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", str(ca_key)
-    )
+    _new_key(ca_key)
     _openssl(
         "req", "-x509", "-new", "-key", str(ca_key), "-days", "1",
         "-subj", "/CN=cairn-test-ca", "-out", str(ca_pem),
     )  # fmt: skip
-    _openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", str(key))
+    _new_key(key)
     _openssl("req", "-new", "-key", str(key), "-subj", "/CN=localhost", "-out", str(csr))
-    _openssl(
-        "x509", "-req", "-in", str(csr), "-CA", str(ca_pem), "-CAkey", str(ca_key),
-        "-CAcreateserial", "-days", "1", "-extfile", str(extensions), "-out", str(cert),
-    )  # fmt: skip
     keystore = folder / "broker-keystore.pem"
+    made = Certificates(ca_pem=ca_pem, ca_key=ca_key, keystore_pem=keystore)
+    _sign(csr, made, extensions, cert)
     keystore.write_text(key.read_text() + cert.read_text() + ca_pem.read_text())
-    return Certificates(ca_pem=ca_pem, keystore_pem=keystore)
+    return made
+
+
+def _sign(csr: Path, authority: Certificates, extensions: Path, cert: Path) -> None:
+    _openssl(
+        "x509", "-req", "-in", str(csr), "-CA", str(authority.ca_pem),
+        "-CAkey", str(authority.ca_key), "-CAcreateserial", "-days", "1",
+        "-extfile", str(extensions), "-out", str(cert),
+    )  # fmt: skip
 
 
 def scram_users(*names: str) -> dict[str, str]:
@@ -84,16 +107,21 @@ def kafka_settings(
     tls: Certificates | None = None,
     protocol: str | None = None,
 ) -> KafkaSettings:
-    """SCRAM over SASL_SSL when ``tls`` is given, else over SASL_PLAINTEXT."""
+    """SCRAM over SASL_SSL when ``tls`` is given, else over SASL_PLAINTEXT; with ``protocol``
+    ``SSL`` the user's client certificate instead of SCRAM (``user`` None: none)."""
     fields: dict[str, Any] = {
         "bootstrap_servers": bootstrap,
         "security_protocol": protocol or ("SASL_SSL" if tls else "SASL_PLAINTEXT"),
         "request_timeout_ms": 10_000,
     }
-    if user is not None:
-        fields.update(sasl_mechanism=MECHANISM, sasl_username=user, sasl_password=password)
     if tls is not None:
         fields["ssl_cafile"] = str(tls.ca_pem)
+    if protocol == "SSL":
+        if user is not None and tls is not None:
+            cert, key = tls.client(user)
+            fields.update(ssl_certfile=str(cert), ssl_keyfile=str(key))
+    elif user is not None:
+        fields.update(sasl_mechanism=MECHANISM, sasl_username=user, sasl_password=password)
     return KafkaSettings.model_validate(fields)
 
 
@@ -109,8 +137,10 @@ def service_env(settings: KafkaSettings) -> dict[str, str]:
         env["CAIRN_KAFKA__SASL_USERNAME"] = settings.sasl_username
     if settings.sasl_password is not None:
         env["CAIRN_KAFKA__SASL_PASSWORD"] = settings.sasl_password.get_secret_value()
-    if settings.ssl_cafile is not None:
-        env["CAIRN_KAFKA__SSL_CAFILE"] = settings.ssl_cafile
+    for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+        value = getattr(settings, name)
+        if value is not None:
+            env[f"CAIRN_KAFKA__{name.upper()}"] = value
     return env
 
 
