@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import shutil
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -56,6 +57,8 @@ def _new_key(path: Path) -> None:
 
 
 def _openssl(*arguments: str) -> None:
+    if shutil.which("openssl") is None:
+        raise AssertionError("openssl not found: the certificates of the test broker need it")
     done = subprocess.run(["openssl", *arguments], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise AssertionError(f"openssl {arguments[0]} failed: {done.stderr}")
