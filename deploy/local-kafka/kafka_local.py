@@ -23,7 +23,6 @@ from pathlib import Path
 
 from kafka_local_config import (
     DEFAULT_DATA_DIR,
-    LOG4J2_XML,
     BrokerConfig,
     BrokerError,
     ensure_jars,
@@ -174,7 +173,7 @@ class LocalBroker:
             if self._recorded_pid() is not None:
                 logger.info("pid_file=<%s> | removing stale pid file", config.pid_file)
                 config.pid_file.unlink(missing_ok=True)
-            for port in (config.port, config.controller_port):
+            for port in config.ports:
                 if _port_in_use(config.host, port):
                     raise BrokerError(
                         f"port=<{config.host}:{port}> | already in use by another process: "
@@ -219,7 +218,7 @@ class LocalBroker:
             )
         lines = [f"{key}={value}" for key, value in sorted(config.properties().items())]
         config.properties_file.write_text("\n".join(lines) + "\n")
-        config.log4j_file.write_text(LOG4J2_XML)
+        config.log4j_file.write_text(config.log4j_xml())
 
     def _format_if_needed(self, lib_dir: Path) -> bool:
         config = self.config
@@ -241,6 +240,8 @@ class LocalBroker:
             "--config",
             str(config.properties_file),
         ]
+        if config.security is not None:
+            command += config.security.format_arguments()
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise BrokerError(f"storage format failed:\n{done.stdout}{done.stderr}")
@@ -294,7 +295,9 @@ class LocalBroker:
                 )
 
         async def probe() -> None:
-            await wait_until_serving(config.host, config.port, deadline, check_process)
+            await wait_until_serving(
+                config.host, config.port, deadline, check_process, config.client_options
+            )
 
         run_coroutine(probe)
 

@@ -63,6 +63,7 @@ LOG4J2_XML = """<?xml version="1.0" encoding="UTF-8"?>
     <Logger name="kafka.request.logger" level="WARN"/>
     <Logger name="state.change.logger" level="WARN"/>
     <Logger name="org.apache.kafka.storage.internals.log" level="WARN"/>
+    <Logger name="kafka.authorizer.logger" level="{authorizer_level}"/>
     <Root level="INFO"><AppenderRef ref="stdout"/></Root>
   </Loggers>
 </Configuration>
@@ -71,6 +72,101 @@ LOG4J2_XML = """<?xml version="1.0" encoding="UTF-8"?>
 
 class BrokerError(RuntimeError):
     """The broker could not be prepared, started, stopped or reached; the message says why."""
+
+
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
+@dataclass(frozen=True)
+class BrokerSecurity:
+    """Authenticated listeners in place of the plaintext one: SASL_PLAINTEXT on the broker's port
+    and SASL_SSL on ``ssl_port``, both SCRAM-SHA-512, and SSL with client certificates on
+    ``mtls_port`` (the principal is the certificate's CN: ``CN=cairn,...`` is ``User:cairn``),
+    with the StandardAuthorizer denying what no ACL allows.
+
+    The broker talks to itself over SASL_PLAINTEXT as ``broker_user``; the controller listener
+    stays plaintext on loopback, so its principal ``User:ANONYMOUS`` is a super user (KRaft
+    authorizes broker registrations and heartbeats there), like ``broker_user`` and
+    ``admin_user``. The SCRAM users (``users``: name -> password) are written into the metadata
+    when storage is formatted, so they exist before the first client connects.
+    """
+
+    ssl_port: int
+    mtls_port: int
+    keystore_pem: Path
+    """The broker's private key (PKCS#8, unencrypted) followed by its certificate chain."""
+    truststore_pem: Path
+    """The CA whose client certificates the SSL listener accepts."""
+    users: Mapping[str, str]
+    broker_user: str = "broker"
+    admin_user: str = "admin"
+    log_authorizations: bool = False
+    """Log every authorization decision (``kafka.authorizer.logger`` at DEBUG: allowed ones
+    too), so a test can list what each principal was allowed and denied."""
+
+    def __post_init__(self) -> None:
+        for user in (self.broker_user, self.admin_user):
+            if user not in self.users:
+                raise BrokerError(f"user=<{user}> | needs a SCRAM password in users")
+
+    @property
+    def super_users(self) -> str:
+        return ";".join(f"User:{u}" for u in ("ANONYMOUS", self.broker_user, self.admin_user))
+
+    def scram_login(self, user: str) -> str:
+        password = self.users[user]
+        return (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="{user}" password="{password}";'
+        )
+
+    def admin_client_options(self) -> dict[str, str]:
+        """aiokafka options of the admin user on the SASL_PLAINTEXT listener."""
+        return {
+            "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": SCRAM_MECHANISM,
+            "sasl_plain_username": self.admin_user,
+            "sasl_plain_password": self.users[self.admin_user],
+        }
+
+    def properties(self, host: str, port: int, controller_port: int) -> dict[str, str]:
+        login = self.scram_login(self.broker_user)
+        return {
+            "listeners": (
+                f"SASL_PLAINTEXT://{host}:{port},SASL_SSL://{host}:{self.ssl_port},"
+                f"SSL://{host}:{self.mtls_port},CONTROLLER://{host}:{controller_port}"
+            ),
+            "advertised.listeners": (
+                f"SASL_PLAINTEXT://{host}:{port},SASL_SSL://{host}:{self.ssl_port},"
+                f"SSL://{host}:{self.mtls_port}"
+            ),
+            "listener.security.protocol.map": (
+                "CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL"
+            ),
+            "inter.broker.listener.name": "SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": SCRAM_MECHANISM,
+            "sasl.mechanism.inter.broker.protocol": SCRAM_MECHANISM,
+            "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": login,
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": login,
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(self.keystore_pem),
+            "ssl.client.auth": "none",
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.truststore_pem),
+            "listener.name.ssl.ssl.client.auth": "required",
+            "ssl.principal.mapping.rules": "RULE:^CN=([^,]+).*$/$1/,DEFAULT",
+            "authorizer.class.name": STANDARD_AUTHORIZER,
+            "allow.everyone.if.no.acl.found": "false",
+            "super.users": self.super_users,
+        }
+
+    def format_arguments(self) -> list[str]:
+        """``kafka-storage format`` arguments creating every SCRAM user."""
+        arguments: list[str] = []
+        for user, password in sorted(self.users.items()):
+            arguments += ["--add-scram", f"{SCRAM_MECHANISM}=[name={user},password={password}]"]
+        return arguments
 
 
 @dataclass(frozen=True)
@@ -87,10 +183,28 @@ class BrokerConfig:
     mvn: str = "mvn"
     die_with_parent: bool = False
     extra_properties: Mapping[str, str] = field(default_factory=dict)
+    security: BrokerSecurity | None = None
+    """Authenticated listeners and ACLs instead of the plaintext listener (tests only)."""
 
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        """Every port the broker binds."""
+        security = self.security
+        extra = () if security is None else (security.ssl_port, security.mtls_port)
+        return (self.port, self.controller_port, *extra)
+
+    @property
+    def client_options(self) -> dict[str, str]:
+        """aiokafka connection options (beyond the bootstrap) of a client allowed everything."""
+        return {} if self.security is None else self.security.admin_client_options()
+
+    def log4j_xml(self) -> str:
+        audit = self.security is not None and self.security.log_authorizations
+        return LOG4J2_XML.replace("{authorizer_level}", "DEBUG" if audit else "INFO")
 
     @property
     def pid_file(self) -> Path:
@@ -129,6 +243,8 @@ class BrokerConfig:
                 "log.dirs": str(self.log_dir),
             }
         )
+        if self.security is not None:
+            props.update(self.security.properties(self.host, self.port, self.controller_port))
         props.update(self.extra_properties)
         return props
 

@@ -11,7 +11,8 @@ import concurrent.futures
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -68,8 +69,8 @@ async def _port_open(host: str, port: int) -> bool:
     return True
 
 
-async def _metadata_and_topic(bootstrap: str) -> bool:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+async def _metadata_and_topic(bootstrap: str, options: Mapping[str, Any]) -> bool:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000, **options)
     try:
         await admin.start()
         cluster = await admin.describe_cluster()
@@ -85,9 +86,10 @@ async def _metadata_and_topic(bootstrap: str) -> bool:
         await admin.close()
 
 
-async def _transaction_commits(bootstrap: str) -> bool:
+async def _transaction_commits(bootstrap: str, options: Mapping[str, Any]) -> bool:
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap,
+        **options,
         transactional_id=READINESS_GROUP,
         request_timeout_ms=5000,
     )
@@ -100,10 +102,11 @@ async def _transaction_commits(bootstrap: str) -> bool:
         await producer.stop()
 
 
-async def _group_reads_committed(bootstrap: str) -> bool:
+async def _group_reads_committed(bootstrap: str, options: Mapping[str, Any]) -> bool:
     consumer = AIOKafkaConsumer(
         READINESS_TOPIC,
         bootstrap_servers=bootstrap,
+        **options,
         group_id=READINESS_GROUP,
         isolation_level="read_committed",
         auto_offset_reset="earliest",
@@ -122,14 +125,20 @@ async def _group_reads_committed(bootstrap: str) -> bool:
 
 
 async def wait_until_serving(
-    host: str, port: int, deadline: float, check_process: Callable[[], None]
+    host: str,
+    port: int,
+    deadline: float,
+    check_process: Callable[[], None],
+    options: Mapping[str, Any] | None = None,
 ) -> None:
+    """``options``: aiokafka connection options beyond the bootstrap (how to authenticate)."""
     bootstrap = f"{host}:{port}"
+    given = dict(options or {})
     steps: list[tuple[str, Callable[[], Awaitable[bool]]]] = [
         ("port", lambda: _port_open(host, port)),
-        ("metadata", lambda: _metadata_and_topic(bootstrap)),
-        ("transaction", lambda: _transaction_commits(bootstrap)),
-        ("group", lambda: _group_reads_committed(bootstrap)),
+        ("metadata", lambda: _metadata_and_topic(bootstrap, given)),
+        ("transaction", lambda: _transaction_commits(bootstrap, given)),
+        ("group", lambda: _group_reads_committed(bootstrap, given)),
     ]
     began = time.monotonic()
     for step, attempt in steps:

@@ -9,6 +9,7 @@ test process if that dies first, and stopped when the ``own_broker`` context end
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import os
 import signal
@@ -47,6 +48,20 @@ class OwnBroker:
     @property
     def bootstrap(self) -> str:
         return str(self._local.config.bootstrap)
+
+    @property
+    def ssl_bootstrap(self) -> str:
+        """The SASL_SSL listener of a broker started with ``security``."""
+        config = self._local.config
+        assert config.security is not None, "a broker without security has no SASL_SSL listener"
+        return f"{config.host}:{config.security.ssl_port}"
+
+    @property
+    def mtls_bootstrap(self) -> str:
+        """The SSL listener (client certificates) of a broker started with ``security``."""
+        config = self._local.config
+        assert config.security is not None, "a broker without security has no SSL listener"
+        return f"{config.host}:{config.security.mtls_port}"
 
     @property
     def data_dir(self) -> Path:
@@ -101,12 +116,13 @@ class OwnBroker:
         return [chunk for chunk in text.split("---- start ") if chunk.strip()]
 
 
-def _two_free_ports(kafka_local: ModuleType) -> tuple[int, int]:
-    port: int = kafka_local.free_port()
-    controller_port: int = kafka_local.free_port()
-    while controller_port == port:
-        controller_port = kafka_local.free_port()
-    return port, controller_port
+def _free_ports(kafka_local: ModuleType, count: int) -> list[int]:
+    ports: list[int] = []
+    while len(ports) < count:
+        port: int = kafka_local.free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
 
 
 @contextlib.contextmanager
@@ -115,8 +131,13 @@ def own_broker(
     extra_properties: Mapping[str, str] | None = None,
     *,
     fast_transaction_cleanup: bool = True,
+    security: Any = None,
 ) -> Iterator[OwnBroker]:
     """Start a broker for the caller alone; it is stopped when the context ends.
+
+    ``security`` (a ``kafka_local_config.BrokerSecurity``, its ``ssl_port`` and ``mtls_port``
+    taken from free ports here) replaces the plaintext listener with authenticated ones and
+    turns on ACLs.
 
     Its data goes under ``$CAIRN_TEST_KAFKA_DIR`` when that is set (CI stops what it finds
     there), else under ``fallback_base``. The suite's shared broker is one too, started with the
@@ -132,13 +153,19 @@ def own_broker(
     }
     attempts = 3
     for attempt in range(1, attempts + 1):
-        port, controller_port = _two_free_ports(kafka_local)
+        port, controller_port, ssl_port, mtls_port = _free_ports(kafka_local, 4)
+        secured = (
+            None
+            if security is None
+            else dataclasses.replace(security, ssl_port=ssl_port, mtls_port=mtls_port)
+        )
         config = kafka_local.BrokerConfig(
             data_dir=Path(tempfile.mkdtemp(prefix="own-broker-", dir=base)),
             port=port,
             controller_port=controller_port,
             die_with_parent=True,
             extra_properties=properties,
+            security=secured,
         )
         broker = OwnBroker(kafka_local.LocalBroker(config), kafka_local)
         try:

@@ -29,6 +29,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.agent.state import SessionState
+from service.runtime.clients import connection_options
 from service.runtime.topics import create_topics
 from service.sessions.store import SessionStore, StoredSession
 from service.settings import KafkaSettings, TopicSettings
@@ -50,6 +51,9 @@ class Cluster:
     partitions: int = 4
     prefix: str = field(default_factory=lambda: unique("t"))
     group: str = field(default_factory=lambda: unique("g"))
+    client: KafkaSettings | None = None
+    """How the test's own clients connect (unset: plaintext to ``bootstrap``); service processes
+    get their own ``CAIRN_KAFKA__*`` through ``start``."""
 
     @property
     def topics(self) -> TopicSettings:
@@ -65,7 +69,13 @@ class Cluster:
 
     @property
     def kafka(self) -> KafkaSettings:
-        return KafkaSettings(bootstrap_servers=self.bootstrap)
+        return self.client or KafkaSettings(bootstrap_servers=self.bootstrap)
+
+    def client_options(self) -> dict[str, Any]:
+        """aiokafka connection options of the test's own clients."""
+        if self.client is None:
+            return {"bootstrap_servers": self.bootstrap}
+        return connection_options(self.client)
 
     @property
     def tool_log(self) -> Path:
@@ -314,9 +324,7 @@ class Client:
         self._consumers: list[AIOKafkaConsumer] = []
 
     async def __aenter__(self) -> Client:
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=self.cluster.bootstrap, acks="all", linger_ms=0
-        )
+        self._producer = AIOKafkaProducer(**self.cluster.client_options(), acks="all", linger_ms=0)
         await self._producer.start()
         topics = self.cluster.topics
         for topic, sink in (
@@ -325,7 +333,7 @@ class Client:
             (topics.dlq, self.dead_letters),
         ):
             consumer = AIOKafkaConsumer(
-                bootstrap_servers=self.cluster.bootstrap,
+                **self.cluster.client_options(),
                 group_id=None,
                 isolation_level="read_committed",
                 enable_auto_commit=False,

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.client import AIOKafkaClient
@@ -86,18 +87,17 @@ async def fabricate_hanging_transaction(
     key: bytes = b"hanging",
     value: bytes = b"a batch no marker will end",
     timeout: float = 30.0,
+    options: Mapping[str, Any] | None = None,
 ) -> int:
     """Append a transactional record to ``tp`` that the coordinator never learns of; return its
     offset. The producer (InitProducerId done, so a later one of the same id gets the next
-    epoch) is stopped without ending its transaction.
+    epoch) is stopped without ending its transaction. ``options``: more aiokafka connection
+    options (how to authenticate).
 
     Raises :class:`VerifiedProduceError` when the broker verifies transactional produces.
     """
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
-        transactional_id=transactional_id,
-        request_timeout_ms=10_000,
-    )
+    connection = {"bootstrap_servers": bootstrap, "request_timeout_ms": 10_000, **(options or {})}
+    producer = AIOKafkaProducer(**connection, transactional_id=transactional_id)
     await producer.start()
     try:
         await producer.begin_transaction()
