@@ -114,15 +114,8 @@ async def _session_show(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _session_delete(args: argparse.Namespace, settings: Settings) -> int:
-    # A delete has no events of its own: only its result is awaited (unless --no-wait).
-    options = actions.WaitOptions(
-        wait=not args.no_wait,
-        timeout_s=args.timeout,
-        show_events=False,
-        connection=_connection(args),
-    )
     return await actions.delete_session(
-        settings, session_id=args.session, command_id=args.command_id, options=options
+        settings, session_id=args.session, command_id=args.command_id, options=_quiet_wait(args)
     )
 
 

@@ -60,6 +60,18 @@ def result_value(session_id: str, command_id: str) -> bytes:
     )
 
 
+async def answered_and_stopped(cluster: Cluster, command: dict[str, object]) -> None:
+    """One instance answers ``command`` and stops cleanly."""
+    with services() as procs:
+        proc = cluster.start("first")
+        procs.append(proc)
+        await proc.wait_ready()
+        async with Client(cluster) as client:
+            await client.send(command)
+            await client.result(str(command["command_id"]), 60, alive=proc)
+        assert await proc.terminate() == 0
+
+
 async def test_open_results_are_published_when_the_state_vouches_for_them(
     tmp_path: Path,
 ) -> None:
@@ -69,14 +81,7 @@ async def test_open_results_are_published_when_the_state_vouches_for_them(
         session = unique("s")
         first = invoke(session, "hello", agent="simple")
         answered, redone, after = unique("c"), unique("c"), unique("c")
-        with services() as procs:
-            proc = cluster.start("first")
-            procs.append(proc)
-            await proc.wait_ready()
-            async with Client(cluster) as client:
-                await client.send(first)
-                await client.result(first["command_id"], 60, alive=proc)
-            assert await proc.terminate() == 0
+        await answered_and_stopped(cluster, first)
 
         # A step that was committed, whose result lost its marker: the state lists it as
         # applied. And a result of a step that never committed: the state does not.
@@ -184,14 +189,7 @@ async def test_offsets_left_pending_by_lost_markers_are_released_and_the_partiti
         await cluster.create_topics()
         session = unique("s")
         first = invoke(session, "hello", agent="simple")
-        with services() as procs:
-            proc = cluster.start("first")
-            procs.append(proc)
-            await proc.wait_ready()
-            async with Client(cluster) as client:
-                await client.send(first)
-                await client.result(first["command_id"], 60, alive=proc)
-            assert await proc.terminate() == 0
+        await answered_and_stopped(cluster, first)
 
         commands = TopicPartition(cluster.topics.commands, 0)
         writer = await offsets_writer(broker.bootstrap, cluster.group, commands)

@@ -101,8 +101,9 @@ async def test_a_deleted_session_is_compacted_away_and_its_id_starts_afresh(
                 command = invoke(session, f"turn {turn}", agent="simple")
                 await client.send(command)
                 await client.result(command["command_id"], alive=proc)
-            # A head, six messages and three applied command ids.
-            assert len(set(await _keys_of(cluster, session))) == 10
+            # A head, six messages, three applied command ids and three versions (an entry and
+            # a body each).
+            assert len(set(await _keys_of(cluster, session))) == 16
             erase = delete(session, metadata={"ticket": "gdpr-1"})
             await client.send(erase)
             result = await client.result(erase["command_id"], alive=proc)
@@ -110,7 +111,7 @@ async def test_a_deleted_session_is_compacted_away_and_its_id_starts_afresh(
             assert result["metadata"] == {"ticket": "gdpr-1"}
             assert result["deleted"] == {
                 "existed": True,
-                "records": 10,
+                "records": 16,
                 "stopped": None,
                 "skipped": [],
             }
@@ -191,7 +192,8 @@ async def test_an_idle_session_expires_with_an_event_and_its_id_starts_afresh(
                 await asyncio.sleep(1)
             [event] = _expired(client, idle)
             assert event["command_id"] == first["command_id"]
-            assert event["idle_s"] >= 3 and event["records"] == 4
+            # A head, two messages, one applied command id and one version's entry and body.
+            assert event["idle_s"] >= 3 and event["records"] == 6
             assert not _expired(client, busy)
             assert await _newest_values(cluster, idle) == {}
             again = invoke(idle, "back again", agent="simple")
