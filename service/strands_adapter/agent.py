@@ -356,14 +356,34 @@ _BEDROCK_IGNORED = ("model_id", "include_tool_result_status", "streaming")
 
 
 def _bedrock(model: Any, env: Mapping[str, str], where: str) -> ModelProvider:
+    # The Bedrock provider is looked up by its type name: a Cairn that has it maps the model.
     if "bedrock" not in get_args(ProviderKind):
         raise AgentConfigError(
             "a BedrockModel needs the bedrock provider, which this Cairn does not have; "
             "use AnthropicModel or OpenAIModel, or a Cairn with provider type 'bedrock'"
         )
+    options = bedrock_options(model)
+    return _build("bedrock", options, str(model.get_config()["model_id"]), env, where)
+
+
+def bedrock_options(model: Any) -> dict[str, Any]:
+    """The ``bedrock`` provider options of a Strands ``BedrockModel`` (credentials aside: the
+    provider takes them from the AWS chain, as the model's own boto3 session does)."""
     config = dict(model.get_config())
     options: dict[str, Any] = {name: config.pop(name, None) for name in _BEDROCK_OPTIONS}
     options["additional_model_request_fields"] = config.pop("additional_request_fields", None)
+    options["cache_system_prompt"] = bool(config.pop("cache_prompt", None)) or None
+    options["cache_tools"] = bool(config.pop("cache_tools", None)) or None
+    cache = config.pop("cache_config", None)
+    if cache is not None:
+        timed = (cache.ttl, cache.system_prompt_ttl, cache.tools_ttl, cache.cache_key)
+        if cache.ttl or cache.cache_key or any(isinstance(v, str) for v in timed[1:3]):
+            raise AgentConfigError(
+                "BedrockModel cache_config TTLs and cache keys cannot be carried over; "
+                "Cairn's cache points have the model's default duration"
+            )
+        options["cache_system_prompt"] = cache.system_prompt_ttl is True or None
+        options["cache_tools"] = cache.tools_ttl is True or options["cache_tools"]
     for name in _BEDROCK_IGNORED:
         config.pop(name, None)
     unknown = sorted(name for name, value in config.items() if value not in (None, False))
@@ -373,4 +393,4 @@ def _bedrock(model: Any, env: Mapping[str, str], where: str) -> ModelProvider:
     options["region"] = meta.region_name
     if meta.endpoint_url != f"https://bedrock-runtime.{meta.region_name}.amazonaws.com":
         options["endpoint_url"] = meta.endpoint_url
-    return _build("bedrock", options, str(model.get_config()["model_id"]), env, where)
+    return {name: value for name, value in options.items() if value is not None}

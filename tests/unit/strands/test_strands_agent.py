@@ -19,6 +19,7 @@ from strands.agent.conversation_manager import (
 from strands.hooks import BeforeToolCallEvent, HookProvider, HookRegistry
 from strands.models.anthropic import AnthropicModel
 from strands.models.bedrock import BedrockModel
+from strands.models.model import CacheConfig
 from strands.models.openai import OpenAIModel
 from strands.session.file_session_manager import FileSessionManager
 from strands.tools.executors import SequentialToolExecutor
@@ -32,7 +33,7 @@ from service.agent_config.schema import ProviderKind
 from service.providers.anthropic import AnthropicProvider
 from service.providers.openai_compat import OpenAICompatProvider
 from service.providers.scripted import ScriptedModel, ToolCall
-from service.strands_adapter.agent import from_strands
+from service.strands_adapter.agent import bedrock_options, from_strands
 from service.strands_adapter.tools import StrandsTool
 
 
@@ -257,3 +258,58 @@ async def test_the_adapted_agent_runs_its_strands_tools_through_an_interrupt() -
         {"text": "refunded 3.0 on Z9"}
     ]
     assert scripted.requests[0].system_prompt == "You run the shop's refunds."
+
+
+def test_a_bedrock_model_maps_to_the_bedrock_provider_options() -> None:
+    model = BedrockModel(
+        model_id="anthropic.claude-3-haiku",
+        region_name="eu-west-1",
+        temperature=0.2,
+        top_p=0.9,
+        max_tokens=500,
+        stop_sequences=["END"],
+        guardrail_id="gr-1",
+        guardrail_version="2",
+        guardrail_trace="enabled",
+        additional_request_fields={"top_k": 5},
+        cache_config=CacheConfig(system_prompt_ttl=False, tools_ttl=True),
+    )
+    assert bedrock_options(model) == {
+        "region": "eu-west-1",
+        "temperature": 0.2,
+        "top_p": 0.9,
+        "max_tokens": 500,
+        "stop_sequences": ["END"],
+        "guardrail_id": "gr-1",
+        "guardrail_version": "2",
+        "guardrail_trace": "enabled",
+        "additional_model_request_fields": {"top_k": 5},
+        "cache_tools": True,
+    }
+    local = BedrockModel(
+        model_id="m", region_name="us-east-1", endpoint_url="http://127.0.0.1:4566"
+    )
+    assert bedrock_options(local) == {
+        "region": "us-east-1",
+        "endpoint_url": "http://127.0.0.1:4566",
+    }
+    hour = BedrockModel(model_id="m", region_name="us-east-1", cache_config=CacheConfig(ttl="1h"))
+    with pytest.raises(AgentConfigError, match="cache_config TTLs and cache keys"):
+        bedrock_options(hour)
+    redacting = BedrockModel(model_id="m", region_name="us-east-1", guardrail_redact_output=True)
+    with pytest.raises(AgentConfigError, match=r"\['guardrail_redact_output'\] cannot be carried"):
+        bedrock_options(redacting)
+
+
+@pytest.mark.skipif("bedrock" not in ProviderKind.__args__, reason="no bedrock provider yet")
+def test_a_bedrock_model_runs_on_the_bedrock_provider() -> None:
+    agent = Agent(
+        model=BedrockModel(model_id="anthropic.claude-3-haiku", region_name="eu-west-1"),
+        callback_handler=None,
+    )
+    definition = from_strands(agent, name="a", env={})
+    assert definition.model.kind == "bedrock"
+    assert (definition.model.config.model_id, definition.model.config.region) == (
+        "anthropic.claude-3-haiku",
+        "eu-west-1",
+    )
