@@ -96,6 +96,12 @@ def _check_import_path(path: str) -> None:
         raise ValueError(f"{path!r} is not an import path 'package.module:attribute'")
 
 
+def _check_tool_path(path: str) -> None:
+    """An import path, or a module's dotted name (a module of Strands tools)."""
+    if ":" in path or not path or not all(part.isidentifier() for part in path.split(".")):
+        _check_import_path(path)
+
+
 class AgentSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -134,7 +140,7 @@ class AgentSpec(BaseModel):
         for entry in entries:
             path = entry.get("path") if isinstance(entry, dict) else entry
             if isinstance(path, str):
-                _check_import_path(path)
+                _check_tool_path(path)
         return entries
 
     @field_validator("hooks")

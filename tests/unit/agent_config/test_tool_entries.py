@@ -255,7 +255,7 @@ def test_every_bad_entry_of_every_agent_is_reported_at_once(tmp_path: Path) -> N
 @pytest.mark.parametrize(
     ("tools", "expected"),
     [
-        ('{ path = "sample_tools", retries = 1 }', "'sample_tools' is not an import path"),
+        ('{ path = "sample-tools", retries = 1 }', "'sample-tools' is not an import path"),
         ('"sample_tools:add", 42', "agents.0.tools: Value error, entry 1 is neither"),
     ],
 )

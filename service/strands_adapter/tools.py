@@ -1,0 +1,165 @@
+"""Strands tools (``@strands.tool`` functions, tool modules with ``TOOL_SPEC``) run as Cairn tools.
+
+Guarantees: the model is told the tool's own Strands spec, and the tool runs through its own
+``stream``, so Strands validates the input and shapes the result as it does under a Strands
+agent. ``tool_context.interrupt(name, reason=...)`` pauses the invocation with a Cairn interrupt
+whose id is the one Strands gives it (``v1:tool_call:<toolUseId>:<uuid5(name)>``); on the resume
+that answers it, the tool runs again from its start and the same call returns the answer. An
+exception the tool raised is raised again, so Cairn's retries and error text apply.
+
+What the tool sees of its context: ``tool_use`` and ``invocation_state`` (a copy of the
+invocation's, with ``"agent"`` added, as Strands does), ``cancel_signal`` (a ``threading.Event``
+set by an immediate cancel), and ``agent``, a stand-in :class:`AgentView`: ``name``, ``state``
+(``get``/``set``/``delete`` on the session's agent state) and ``cancel_signal``; anything else
+of a Strands agent is refused with an ``AttributeError`` that says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from strands.interrupt import Interrupt as StrandsInterrupt
+from strands.interrupt import InterruptException
+from strands.tools.loader import load_tools_from_module
+from strands.types._events import ToolInterruptEvent
+from strands.types.events import ToolResultEvent
+from strands.types.tools import AgentTool
+from strands.types.tools import ToolContext as StrandsToolContext
+
+from service.agent.cancel import CancelSignal
+from service.agent.interrupts import InterruptSignal
+from service.agent.provider import ToolSpec
+from service.agent.tools import Tool, ToolContext
+from service.agent.types import Interrupt
+
+
+class AgentStateView:
+    """Strands' ``agent.state`` API over the session's agent state (stored with the session)."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state: dict[str, Any]) -> None:
+        self._state = state
+
+    def get(self, key: str | None = None) -> Any:
+        return dict(self._state) if key is None else self._state.get(key)
+
+    def set(self, key: str, value: Any) -> None:
+        self._state[key] = value
+
+    def delete(self, key: str) -> None:
+        self._state.pop(key, None)
+
+
+class AgentView:
+    """The stand-in for ``tool_context.agent``: what Cairn can offer of a Strands agent."""
+
+    def __init__(self, context: ToolContext, cancel_signal: threading.Event) -> None:
+        self.name = context.agent_name
+        self.state = AgentStateView(context.agent_state)
+        self.cancel_signal = cancel_signal
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(
+            f"under Cairn, tool_context.agent is a stand-in offering name, state and "
+            f"cancel_signal; it has no {name!r}"
+        )
+
+
+@dataclass
+class CairnToolContext(StrandsToolContext[Any]):
+    """A Strands tool context whose interrupts are Cairn's (same ids, answers from the resume)."""
+
+    cairn: ToolContext | None = field(default=None, repr=False, compare=False)
+
+    def interrupt(self, name: str, reason: Any = None, response: Any = None) -> Any:
+        if self.cairn is None:
+            raise RuntimeError("this tool context is not bound to a Cairn tool call")
+        try:
+            return self.cairn.interrupt(name, reason, response)
+        except InterruptSignal as signal:
+            # Strands' own exception, so the tool's ``stream`` ends with an interrupt event.
+            raise InterruptException(StrandsInterrupt(signal.interrupt.id, name, reason)) from None
+
+
+class StrandsTool(Tool):
+    """One Strands ``AgentTool`` run by Cairn's executor."""
+
+    def __init__(self, agent_tool: AgentTool) -> None:
+        spec = agent_tool.tool_spec
+        schema = spec.get("inputSchema") or {}
+        json_schema = schema.get("json", schema) if isinstance(schema, dict) else {}
+        self.strands_tool = agent_tool
+        self.spec = ToolSpec(
+            name=spec["name"],
+            description=spec.get("description") or spec["name"],
+            input_schema=dict(json_schema),
+        )
+
+    async def invoke(self, input: dict[str, Any], context: ToolContext) -> Any:
+        cancel_signal = threading.Event()
+        mirror = asyncio.create_task(_mirror_cancel(context.cancel, cancel_signal))
+        try:
+            return await self._run(input, context, cancel_signal)
+        finally:
+            mirror.cancel()
+
+    async def _run(
+        self, input: dict[str, Any], context: ToolContext, cancel_signal: threading.Event
+    ) -> Any:
+        tool_use: Any = {"toolUseId": context.tool_use_id, "name": self.name, "input": input}
+        agent = AgentView(context, cancel_signal)
+        state = {**context.invocation_state, "agent": agent}
+        strands_context = CairnToolContext(
+            tool_use=tool_use,
+            agent=agent,
+            invocation_state=state,
+            cancel_signal=cancel_signal,
+            cairn=context,
+        )
+        final: ToolResultEvent | None = None
+        async for event in self.strands_tool.stream(tool_use, state, _tool_context=strands_context):
+            if isinstance(event, ToolInterruptEvent):
+                first = event.interrupts[0]
+                raise InterruptSignal(Interrupt(id=first.id, name=first.name, reason=first.reason))
+            if isinstance(event, ToolResultEvent):
+                final = event
+        if final is None:
+            raise RuntimeError(f"Strands tool {self.name!r} ended without a result")
+        if final.exception is not None:
+            raise final.exception
+        return dict(final.tool_result)
+
+
+async def _mirror_cancel(cancel: CancelSignal, event: threading.Event) -> None:
+    await cancel.wait()
+    event.set()
+
+
+def strands_tools(target: Any) -> list[Tool] | None:
+    """The Cairn tools for ``target`` when it holds Strands tools; None when it holds none.
+
+    ``target``: a Strands tool, a module of ``@strands.tool`` functions or a module tool
+    (``TOOL_SPEC`` and a function named as the module), or a sequence mixing Strands and Cairn
+    tools.
+    """
+    if isinstance(target, AgentTool):
+        return [StrandsTool(target)]
+    if isinstance(target, ModuleType):
+        try:
+            found = load_tools_from_module(target, target.__name__.rpartition(".")[2])
+        except (AttributeError, TypeError):
+            return None
+        return [StrandsTool(each) for each in found]
+    if isinstance(target, Sequence) and not isinstance(target, str | bytes):
+        if not any(isinstance(item, AgentTool) for item in target):
+            return None
+        if not all(isinstance(item, AgentTool | Tool) for item in target):
+            return None
+        return [StrandsTool(item) if isinstance(item, AgentTool) else item for item in target]
+    return None
