@@ -6,6 +6,8 @@ retries are off); an immediate cancel closes the HTTP stream so no more tokens a
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Awaitable
 from typing import Any
 
@@ -60,19 +62,30 @@ class AnthropicProvider(SdkStreamingProvider):
             params["system"] = request.system_prompt
         if request.tool_specs:
             params["tools"] = to_anthropic_tools(request.tool_specs)
-        if cfg.temperature is not None:
-            params["temperature"] = cfg.temperature
-        if cfg.top_p is not None:
-            params["top_p"] = cfg.top_p
-        if cfg.top_k is not None:
-            params["top_k"] = cfg.top_k
         if cfg.stop_sequences:
             params["stop_sequences"] = list(cfg.stop_sequences)
         if cfg.thinking_budget_tokens is not None:
             params["thinking"] = {"type": "enabled", "budget_tokens": cfg.thinking_budget_tokens}
-        if cfg.extra_body:
-            params["extra_body"] = dict(cfg.extra_body)
+        extra = dict(cfg.extra_body or {})
+        sampling = (("temperature", cfg.temperature), ("top_p", cfg.top_p), ("top_k", cfg.top_k))
+        for name, value in sampling:
+            if value is None:
+                continue
+            # Fields of the request body either way; SDK releases that dropped the keyword
+            # (2.x) still send them through extra_body, for the endpoints that take them.
+            if name in self._create_keywords:
+                params[name] = value
+            else:
+                extra.setdefault(name, value)
+        if extra:
+            params["extra_body"] = extra
         return params
+
+    @functools.cached_property
+    def _create_keywords(self) -> frozenset[str]:
+        """The keywords the installed SDK's ``messages.create`` takes."""
+        create = self._anthropic.resources.messages.AsyncMessages.create
+        return frozenset(inspect.signature(create).parameters)
 
     def _open_stream(self, params: dict[str, Any]) -> Awaitable[Any]:
         opened: Awaitable[Any] = self._client.messages.create(stream=True, **params)

@@ -65,6 +65,19 @@ async def test_text_reply_streams_deltas_and_reports_usage(server: WireServer) -
     ]
 
 
+async def test_sampling_options_reach_the_request_body(server: WireServer) -> None:
+    server.script(wire.stream(wire.text_events("ok")))
+    options = {"temperature": 0.2, "top_p": 0.9, "top_k": 40, "extra_body": {"x": 1}}
+    await collect(provider(server, **options), make_request())
+    [seen] = server.requests
+    assert {k: seen.body[k] for k in ("temperature", "top_p", "top_k", "x")} == {
+        "temperature": 0.2,
+        "top_p": 0.9,
+        "top_k": 40,
+        "x": 1,
+    }
+
+
 async def test_cached_input_tokens_count_as_input(server: WireServer) -> None:
     events = [
         wire.message_start(10, cache_read=90),
