@@ -18,7 +18,8 @@ from typing import Any
 class Reply:
     """One scripted response.
 
-    ``events`` are SSE frames sent with chunked encoding; ``drop_after`` closes the socket after
+    ``events`` are stream frames (SSE, or AWS event-stream messages with ``content_type`` set to
+    theirs) sent with chunked encoding; ``drop_after`` closes the socket after
     that many frames without ending the body; ``hang_after`` sends that many frames and then
     waits for the client to go away.
     """
@@ -30,6 +31,7 @@ class Reply:
     drop_after: int | None = None
     hang_after: int | None = None
     event_delay_s: float = 0.0
+    content_type: str = "text/event-stream; charset=utf-8"
 
 
 @dataclass
@@ -125,7 +127,7 @@ class WireServer:
     ) -> bool:
         head = [
             f"HTTP/1.1 {reply.status} OK",
-            "content-type: text/event-stream; charset=utf-8",
+            f"content-type: {reply.content_type}",
             "transfer-encoding: chunked",
             "cache-control: no-cache",
             *(f"{k}: {v}" for k, v in reply.headers.items()),
