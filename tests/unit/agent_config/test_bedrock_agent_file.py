@@ -85,3 +85,14 @@ def test_missing_sdk_names_the_bedrock_extra(
     monkeypatch.delitem(sys.modules, "aiobotocore.session", raising=False)
     with pytest.raises(AgentConfigError, match=r"pip install 'cairn\[bedrock\]'"):
         load_agents(write(tmp_path, BEDROCK_TOML), {})
+
+
+def test_the_documented_bedrock_example_loads() -> None:
+    example = Path(__file__).resolve().parents[3] / "docs" / "examples" / "bedrock.toml"
+    agents = load_agents(example, {})
+    provider = agents["assistant"].model
+    assert isinstance(provider, BedrockProvider)
+    config = provider.config
+    assert (config.guardrail_id, config.guardrail_trace) == ("gr-0123456789ab", "enabled")
+    assert config.cache_system_prompt and config.cache_tools
+    assert agents["assistant"].checkpointing
