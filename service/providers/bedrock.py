@@ -83,6 +83,7 @@ class BedrockProvider(SdkStreamingProvider):
         self._client: Any = None
         self._exits = AsyncExitStack()
         self._opening = asyncio.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def _where(self) -> str:
         cfg = self.config
@@ -93,6 +94,12 @@ class BedrockProvider(SdkStreamingProvider):
         await self._exits.aclose()
 
     async def _ensure_client(self) -> Any:
+        """The client, opened on first use in the running loop (its HTTP session is bound to
+        one loop; a provider used from another loop opens its own)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self._loop, self._client = loop, None
+            self._exits, self._opening = AsyncExitStack(), asyncio.Lock()
         async with self._opening:
             if self._client is None:
                 cfg = self.config
@@ -100,6 +107,7 @@ class BedrockProvider(SdkStreamingProvider):
                     retries={"total_max_attempts": 1, "mode": "standard"},
                     connect_timeout=cfg.connect_timeout_s,
                     read_timeout=cfg.timeout_s,
+                    max_pool_connections=cfg.max_connections,
                     user_agent_extra="cairn",
                 )
                 self._client = await self._exits.enter_async_context(

@@ -109,6 +109,8 @@ class BedrockConfig(ModelOptions):
     """Add a cache point after the system prompt (only for models with prompt caching)."""
     cache_tools: bool = False
     """Add a cache point after the tool specs (only for models with prompt caching)."""
+    max_connections: int = Field(default=100, gt=0)
+    """Open HTTP connections at most: model calls streaming at once beyond it wait for one."""
 
     @field_validator("endpoint_url")
     @classmethod

@@ -72,6 +72,10 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     """Fixed fake AWS credentials in the environment, and no other source of them."""
     for name in ("AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "AWS_ENDPOINT_URL"):
         monkeypatch.delenv(name, raising=False)
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        # the local server must be reached directly
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAFAKEFAKEFAKE0001")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", FAKE_AWS_SECRET)
     monkeypatch.setenv("AWS_SESSION_TOKEN", "fake-session-token")

@@ -133,8 +133,15 @@ async def test_every_request_option_reaches_the_body(server: WireServer) -> None
         additional_model_request_fields={"top_k": 40},
         cache_system_prompt=True,
         cache_tools=True,
+        max_connections=7,
     )
-    await run(prov)
+    await collect(prov, make_request())
+    client_config = prov._client.meta.config
+    assert (client_config.max_pool_connections, client_config.retries["total_max_attempts"]) == (
+        7,
+        1,
+    )
+    await prov.aclose()
     [seen] = server.requests
     assert "/eu-west-1/bedrock/aws4_request" in seen.headers["authorization"]
     body = seen.body
@@ -497,3 +504,31 @@ def test_options_are_validated() -> None:
 def test_repr_names_model_and_endpoint() -> None:
     prov = BedrockProvider(BedrockConfig(model_id="m", region="us-west-2"))
     assert repr(prov) == "BedrockProvider(model_id='m', region='us-west-2', endpoint_url=None)"
+
+
+def test_one_provider_serves_two_event_loops() -> None:
+    """Each loop gets its own client: the first loop's HTTP session is unusable in the next."""
+    port = 0
+    prov: BedrockProvider | None = None
+
+    async def one_call(*, close: bool) -> ModelReply:
+        nonlocal port, prov
+        server = WireServer()
+        await server.start(port)
+        port = int(server.url.rsplit(":", 1)[1])
+        if prov is None:
+            prov = provider(server)
+        server.script(wire.stream(wire.text_events("ok")))
+        try:
+            _, reply = await collect(prov, make_request())
+        finally:
+            if close:
+                await prov.aclose()
+            await server.stop()
+        assert len(server.requests) == 1
+        return reply
+
+    # the first loop ends with the client open, as a service's loop would
+    first = asyncio.run(one_call(close=False))
+    second = asyncio.run(one_call(close=True))
+    assert first.message == second.message == {"role": "assistant", "content": [{"text": "ok"}]}

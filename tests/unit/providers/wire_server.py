@@ -62,8 +62,8 @@ class WireServer:
     def script(self, *replies: Reply) -> None:
         self.replies.extend(replies)
 
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+    async def start(self, port: int = 0) -> None:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", port)
 
     async def stop(self) -> None:
         assert self._server is not None
