@@ -9,7 +9,6 @@ import time
 import zlib
 from typing import Any
 
-import bedrock_wire as wire
 import pytest
 from botocore.eventstream import ChecksumMismatch, EventStreamBuffer
 from conftest import FAKE_AWS_SECRET, WEATHER, collect, make_request
@@ -21,6 +20,7 @@ from service.agent.errors import ContextOverflowError, ModelError
 from service.agent.provider import ModelReply, TextDelta
 from service.providers.bedrock import BedrockProvider
 from service.providers.config import BedrockConfig, RetryConfig
+from tests.support import bedrock_wire as wire
 
 FAST = RetryConfig(max_retries=3, initial_backoff_s=0.01, max_backoff_s=0.05)
 

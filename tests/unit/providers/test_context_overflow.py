@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 import anthropic_wire as aw
-import bedrock_wire as bw
 import openai_wire as ow
 import pytest
 from test_engine_over_providers import (  # the fixture closes the Bedrock clients
@@ -30,6 +29,7 @@ from service.agent.definition import AgentDefinition
 from service.agent.errors import ContextOverflowError, ModelError
 from service.agent.provider import ModelProvider
 from service.agent.state import SessionState
+from tests.support import bedrock_wire as bw
 
 OVERFLOWS = [
     "openai_code",

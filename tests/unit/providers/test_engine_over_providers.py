@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anthropic_wire as aw
-import bedrock_wire as bw
 import openai_wire as ow
 import pytest
 from pydantic import SecretStr
@@ -36,6 +35,7 @@ from service.providers.config import (
 )
 from service.providers.openai_compat import OpenAICompatProvider
 from service.sessions.codec import decode_state, encode_state
+from tests.support import bedrock_wire as bw
 
 KINDS = ["openai_compat", "anthropic", "bedrock"]
 FAST = RetryConfig(max_retries=2, initial_backoff_s=0.01, max_backoff_s=0.02)

@@ -14,7 +14,7 @@ import struct
 import zlib
 from typing import Any
 
-from wire_server import Reply
+from tests.support.http_wire import Reply
 
 MODEL = "anthropic.claude-3-5-haiku-20241022-v1:0"
 EVENT_STREAM = "application/vnd.amazon.eventstream"
