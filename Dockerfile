@@ -1,6 +1,6 @@
 # Cairn service image: the `cairn` CLI as entrypoint, `serve` as the default command, with the
-# OpenAI-compatible and Anthropic SDKs and OpenTelemetry (the openai, anthropic and otel extras;
-# tracing stays off until OTEL_TRACES_EXPORTER is set).
+# OpenAI-compatible, Anthropic and AWS (Bedrock) SDKs and OpenTelemetry (the openai, anthropic,
+# bedrock and otel extras; tracing stays off until OTEL_TRACES_EXPORTER is set).
 # Build: docker build -t cairn:local .   Run: see deploy/compose.yaml.
 # Every dependency comes from requirements.lock (make lock): two builds of one commit install the
 # same versions of the same files, whatever PyPI has published since.
@@ -17,7 +17,7 @@ COPY service ./service
 # Cairn itself, with its extras, and no index to fall back on: a requirement the lock lacks
 # fails the build instead of being fetched unpinned.
 RUN /opt/cairn/bin/pip wheel --no-deps --wheel-dir /tmp/dist . \
-    && /opt/cairn/bin/pip install --no-index --find-links /tmp/dist "cairn[openai,anthropic,otel]" \
+    && /opt/cairn/bin/pip install --no-index --find-links /tmp/dist "cairn[openai,anthropic,bedrock,otel]" \
     && /opt/cairn/bin/pip check
 
 FROM python:3.11-slim

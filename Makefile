@@ -66,7 +66,7 @@ LOCK := $(UV_VENV)/bin/uv pip compile pyproject.toml --quiet --generate-hashes -
 lock:
 	@test -x $(UV_VENV)/bin/uv || { $(PYTHON) -m venv $(UV_VENV) && \
 		$(UV_VENV)/bin/pip install --quiet --disable-pip-version-check 'uv==$(UV_VERSION)'; }
-	$(LOCK) --extra openai --extra anthropic --extra otel -o requirements.lock
+	$(LOCK) --extra openai --extra anthropic --extra bedrock --extra otel -o requirements.lock
 	$(LOCK) --extra dev -o requirements-dev.lock
 
 kafka-jars: $(INSTALLED)

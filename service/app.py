@@ -15,9 +15,11 @@ import contextlib
 import gc
 import logging
 import signal
+from collections.abc import Mapping
 
 from aiokafka.errors import KafkaError
 
+from service.agent.definition import AgentDefinition
 from service.agent_config import load_agents
 from service.observability.logs import configure_logging
 from service.observability.operability import Operability
@@ -59,7 +61,21 @@ async def serve(settings: Settings) -> None:
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+        await close_models(agents)
     logger.info("stopped")
+
+
+async def close_models(agents: Mapping[str, AgentDefinition]) -> None:
+    """Release the model providers' HTTP clients (an aiohttp session left open at exit is
+    reported as an error); a provider that fails to close is logged and the others still are."""
+    for name, definition in agents.items():
+        close = getattr(definition.model, "aclose", None)
+        if close is None:
+            continue
+        try:
+            await close()
+        except Exception:
+            logger.warning("agent=<%s> | model client did not close", name, exc_info=True)
 
 
 def _tune_gc() -> None:

@@ -1,7 +1,8 @@
 """Builds a model provider from an agents-file provider table plus the environment.
 
 Guarantee: the API key is read only from the ``env`` mapping the caller passes, lands in a
-``SecretStr`` and appears in no message; bad options fail here, at start-up.
+``SecretStr`` and appears in no message (Bedrock takes none: the AWS SDK's credential chain
+does); bad options fail here, at start-up.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ from service.agent.provider import ModelProvider
 from service.agent_config.errors import AgentConfigError, describe_validation
 from service.agent_config.schema import ProviderSpec
 from service.providers.anthropic import AnthropicProvider
-from service.providers.config import AnthropicConfig, OpenAICompatConfig
+from service.providers.bedrock import BedrockProvider
+from service.providers.config import AnthropicConfig, BedrockConfig, OpenAICompatConfig
 from service.providers.extras import MissingExtraError
 from service.providers.openai_compat import OpenAICompatProvider
 
 _KINDS: dict[str, tuple[type[BaseModel], Callable[[Any], ModelProvider]]] = {
     "openai_compat": (OpenAICompatConfig, OpenAICompatProvider),
     "anthropic": (AnthropicConfig, AnthropicProvider),
+    "bedrock": (BedrockConfig, BedrockProvider),
 }
 
 
@@ -30,6 +33,11 @@ def build_provider(
 ) -> ModelProvider:
     config_type, factory = _KINDS[spec.type]
     options: dict[str, Any] = {**spec.options(), "model_id": model}
+    if spec.api_key_env is not None and "api_key" not in config_type.model_fields:
+        raise AgentConfigError(
+            f"{where}: provider {spec.type!r} takes no api_key_env: its credentials come from "
+            "the standard AWS chain (environment, profile, web identity, instance role)"
+        )
     if spec.api_key_env is not None:
         value = env.get(spec.api_key_env)
         if value is None:

@@ -1,7 +1,8 @@
 """The shape of an agents file (TOML or YAML): a list of agents with provider, tools and limits.
 
 Guarantee: a validated :class:`DeploymentSpec` has unique agent names and holds no secret: keys
-are named by environment variable (``api_key_env``), never written in the file. Like provider
+are named by environment variable (``api_key_env``), never written in the file (Bedrock's
+come from the AWS chain). Like provider
 options, a tool table's options are checked when the agent is built (:class:`ToolEntry`), so
 that their problems name the agent and the tool.
 """
@@ -16,7 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from service.agent.context import Strategy
 from service.agent.tools import Effect
 
-ProviderKind = Literal["openai_compat", "anthropic"]
+ProviderKind = Literal["openai_compat", "anthropic", "bedrock"]
+
+_CREDENTIAL_WORDS = ("secret", "access_key", "session_token", "password", "credential")
+"""Parts of a Bedrock option name that would hold an AWS credential, which a file never carries."""
 
 
 class LimitsSpec(BaseModel):
@@ -52,6 +56,18 @@ class ProviderSpec(BaseModel):
     @model_validator(mode="after")
     def _no_inline_secrets(self) -> ProviderSpec:
         extra = self.model_extra or {}
+        if self.type == "bedrock":
+            written = [
+                key
+                for key in extra
+                if key == "api_key" or any(word in key.lower() for word in _CREDENTIAL_WORDS)
+            ]
+            if written:
+                raise ValueError(
+                    f"credentials must not be written in the file ({', '.join(sorted(written))}); "
+                    "bedrock takes them from the standard AWS chain (environment, profile, "
+                    "web identity, instance or container role)"
+                )
         if "api_key" in extra:
             raise ValueError(
                 "api_key must not be written in the file; name an environment variable "

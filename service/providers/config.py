@@ -23,20 +23,27 @@ class RetryConfig(BaseModel):
     """A server asking to wait longer than this ends the call instead of stalling it."""
 
 
-class ProviderConfig(BaseModel):
+class ModelOptions(BaseModel):
+    """What every real provider takes: the model, sampling, timeouts and retries."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
 
     model_id: str = Field(min_length=1)
-    base_url: str
     temperature: float | None = Field(default=None, ge=0)
     top_p: float | None = Field(default=None, gt=0, le=1)
     stop_sequences: tuple[str, ...] = ()
     timeout_s: float = Field(default=600.0, gt=0)
     """Read timeout between two bytes of a response (streaming keeps it from firing)."""
     connect_timeout_s: float = Field(default=10.0, gt=0)
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+
+
+class ProviderConfig(ModelOptions):
+    """Options of a provider reached over HTTP at ``base_url`` with an API key."""
+
+    base_url: str
     extra_body: dict[str, Any] = Field(default_factory=dict)
     """Provider-specific request fields sent as they are (e.g. vLLM's ``top_k``)."""
-    retry: RetryConfig = Field(default_factory=RetryConfig)
 
     @field_validator("base_url")
     @classmethod
@@ -80,4 +87,42 @@ class AnthropicConfig(ProviderConfig):
                 raise ValueError("thinking_budget_tokens must be below max_tokens")
             if self.temperature is not None or self.top_k is not None:
                 raise ValueError("temperature and top_k cannot be set with extended thinking")
+        return self
+
+
+class BedrockConfig(ModelOptions):
+    """Options of Amazon Bedrock's Converse API. Credentials are never options: they come from
+    the standard AWS chain (environment, shared profile, web identity, container or instance
+    role)."""
+
+    region: str | None = Field(default=None, min_length=1)
+    """None: the region of the AWS configuration (``AWS_DEFAULT_REGION``, the profile)."""
+    endpoint_url: str | None = None
+    """Another endpoint than the region's (a VPC endpoint, a local test server)."""
+    max_tokens: int | None = Field(default=None, gt=0)
+    guardrail_id: str | None = Field(default=None, min_length=1)
+    guardrail_version: str | None = Field(default=None, min_length=1)
+    guardrail_trace: Literal["enabled", "disabled", "enabled_full"] | None = None
+    additional_model_request_fields: dict[str, Any] = Field(default_factory=dict)
+    """Model-specific request fields sent as they are (e.g. ``top_k``, ``thinking``)."""
+    cache_system_prompt: bool = False
+    """Add a cache point after the system prompt (only for models with prompt caching)."""
+    cache_tools: bool = False
+    """Add a cache point after the tool specs (only for models with prompt caching)."""
+    max_connections: int = Field(default=100, gt=0)
+    """Open HTTP connections at most: model calls streaming at once beyond it wait for one."""
+
+    @field_validator("endpoint_url")
+    @classmethod
+    def _http_endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("endpoint_url must start with http:// or https://")
+        return value
+
+    @model_validator(mode="after")
+    def _guardrail_complete(self) -> BedrockConfig:
+        if (self.guardrail_id is None) != (self.guardrail_version is None):
+            raise ValueError("guardrail_id and guardrail_version go together")
+        if self.guardrail_trace is not None and self.guardrail_id is None:
+            raise ValueError("guardrail_trace needs guardrail_id and guardrail_version")
         return self

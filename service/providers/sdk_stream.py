@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Protocol
 from service.agent.provider import ModelChunk, ModelProvider, ModelReply, ModelRequest, TextDelta
 from service.agent.types import Usage
 from service.providers.cancel_race import unless_cancelled, until_cancelled
-from service.providers.config import ProviderConfig
+from service.providers.config import ModelOptions, ProviderConfig
 from service.providers.retry import Failure, cancelled_reply, stream_with_retries
 
 logger = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class SdkStreamingProvider(ModelProvider):
     """Base of a provider that streams through an official SDK client."""
 
     kind: ClassVar[str]
-    config: ProviderConfig
+    config: ModelOptions
     _client: Any
     _secrets: tuple[str, ...]
 
@@ -49,7 +49,12 @@ class SdkStreamingProvider(ModelProvider):
 
     def __repr__(self) -> str:
         cfg = self.config
-        return f"{type(self).__name__}(model_id={cfg.model_id!r}, base_url={cfg.base_url!r})"
+        where = f"base_url={cfg.base_url!r}" if isinstance(cfg, ProviderConfig) else self._where()
+        return f"{type(self).__name__}(model_id={cfg.model_id!r}, {where})"
+
+    def _where(self) -> str:
+        """Where the calls go, for a provider whose options have no ``base_url``."""
+        return ""
 
     async def aclose(self) -> None:
         await self._client.close()

@@ -28,7 +28,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 MAKEFILE = (ROOT / "Makefile").read_text()
 RUNTIME_LOCK = ROOT / "requirements.lock"
 DEV_LOCK = ROOT / "requirements-dev.lock"
-IMAGE_EXTRAS = ("openai", "anthropic", "otel")
+IMAGE_EXTRAS = ("openai", "anthropic", "bedrock", "otel")
 """The provider SDKs and OpenTelemetry (off unless OTEL_TRACES_EXPORTER is set)."""
 
 

@@ -129,7 +129,7 @@ def test_registry_import_path_is_accepted() -> None:
         (("temperature = 0.2", "temprature = 0.2"), "provider.temprature: Extra inputs"),
         (("max_tokens = 1024", 'max_tokens_param = "max_len"'), "provider.max_tokens_param"),
         (('base_url = "http://127.0.0.1:8000/v1"', 'base_url = "ftp://x"'), "http:// or https://"),
-        (('type = "openai_compat"', 'type = "bedrock"'), "agents.0.provider.type"),
+        (('type = "openai_compat"', 'type = "vertex"'), "agents.0.provider.type"),
         (
             ('"OPENAI_API_KEY"', '"NOT_SET_ANYWHERE"'),
             "'NOT_SET_ANYWHERE' (provider.api_key_env) is not set",

@@ -62,3 +62,24 @@ async def collect(provider: Any, request: ModelRequest) -> tuple[list[str], Mode
             replies.append(chunk)
     assert len(replies) == 1
     return deltas, replies[0]
+
+
+FAKE_AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYFAKEKEYVALUE"
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """Fixed fake AWS credentials in the environment, and no other source of them."""
+    for name in ("AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        # the local server must be reached directly
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAFAKEFAKEFAKE0001")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", FAKE_AWS_SECRET)
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "fake-session-token")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")

@@ -2,7 +2,9 @@
 
 OpenAI-compatible: a 400 with code ``context_length_exceeded`` (and, from servers without the
 code, the "maximum context length" message); Anthropic: the 400 "prompt is too long"
-``invalid_request_error`` and the ``model_context_window_exceeded`` stop reason. Each becomes
+``invalid_request_error`` and the ``model_context_window_exceeded`` stop reason; Bedrock: the
+400 ``ValidationException`` "Input is too long for requested model" and the same stop reason,
+in the AWS event-stream framing. Each becomes
 one engine error: the engine shrinks the context and retries the same call, or, when nothing
 is left to cut, ends ``context_overflow`` with the session resumable.
 """
@@ -14,7 +16,12 @@ from typing import Any
 import anthropic_wire as aw
 import openai_wire as ow
 import pytest
-from test_engine_over_providers import build_provider, run, text_reply
+from test_engine_over_providers import (  # the fixture closes the Bedrock clients
+    _close_providers,  # noqa: F401
+    build_provider,
+    run,
+    text_reply,
+)
 from wire_server import Reply, WireServer
 
 from service.agent.context import ContextPolicy
@@ -22,11 +29,24 @@ from service.agent.definition import AgentDefinition
 from service.agent.errors import ContextOverflowError, ModelError
 from service.agent.provider import ModelProvider
 from service.agent.state import SessionState
+from tests.support import bedrock_wire as bw
 
-OVERFLOWS = ["openai_code", "openai_message", "anthropic_400", "anthropic_stop_reason"]
+OVERFLOWS = [
+    "openai_code",
+    "openai_message",
+    "anthropic_400",
+    "anthropic_stop_reason",
+    "bedrock_400",
+    "bedrock_stop_reason",
+]
+
+# Fake AWS credentials for the Bedrock runs (the other providers ignore them).
+pytestmark = pytest.mark.usefixtures("aws_env")
 
 
 def kind_of(shape: str) -> str:
+    if shape.startswith("bedrock"):
+        return "bedrock"
     return "openai_compat" if shape.startswith("openai") else "anthropic"
 
 
@@ -52,6 +72,12 @@ def overflow(shape: str) -> Reply:
     if shape == "anthropic_400":
         return aw.error(
             400, "invalid_request_error", "prompt is too long: 212731 tokens > 200000 maximum"
+        )
+    if shape == "bedrock_400":
+        return bw.error(400, "ValidationException", "Input is too long for requested model.")
+    if shape == "bedrock_stop_reason":
+        return bw.stream(
+            bw.text_events("The answer starts", stop_reason="model_context_window_exceeded")
         )
     events = [
         aw.message_start(),
@@ -162,7 +188,7 @@ async def test_nothing_left_to_cut_ends_context_overflow_and_the_session_goes_on
     assert state.context is not None and state.context.start == 6
 
 
-@pytest.mark.parametrize("shape", ["openai_code", "anthropic_400"])
+@pytest.mark.parametrize("shape", ["openai_code", "anthropic_400", "bedrock_400"])
 async def test_strategy_none_ends_context_overflow_at_once(shape: str, server: WireServer) -> None:
     kind = kind_of(shape)
     server.script(overflow(shape))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anthropic_wire as aw
@@ -25,12 +26,32 @@ from service.agent.state import SessionState
 from service.agent.tools import ToolContext, tool
 from service.agent.types import AgentResult
 from service.providers.anthropic import AnthropicProvider
-from service.providers.config import AnthropicConfig, OpenAICompatConfig, RetryConfig
+from service.providers.bedrock import BedrockProvider
+from service.providers.config import (
+    AnthropicConfig,
+    BedrockConfig,
+    OpenAICompatConfig,
+    RetryConfig,
+)
 from service.providers.openai_compat import OpenAICompatProvider
 from service.sessions.codec import decode_state, encode_state
+from tests.support import bedrock_wire as bw
 
-KINDS = ["openai_compat", "anthropic"]
+KINDS = ["openai_compat", "anthropic", "bedrock"]
 FAST = RetryConfig(max_retries=2, initial_backoff_s=0.01, max_backoff_s=0.02)
+
+# Fake AWS credentials for the Bedrock runs (the other providers ignore them).
+pytestmark = pytest.mark.usefixtures("aws_env")
+
+_opened: list[BedrockProvider] = []
+
+
+@pytest.fixture(autouse=True)
+async def _close_providers() -> AsyncIterator[None]:
+    """The AWS client holds an HTTP session that must be closed in the test's own loop."""
+    yield
+    while _opened:
+        await _opened.pop().aclose()
 
 
 @tool(inline=True)
@@ -56,6 +77,12 @@ def build_provider(kind: str, server: WireServer) -> ModelProvider:
                 retry=FAST,
             )
         )
+    if kind == "bedrock":
+        provider = BedrockProvider(
+            BedrockConfig(model_id=bw.MODEL, endpoint_url=server.url, retry=FAST)
+        )
+        _opened.append(provider)
+        return provider
     return AnthropicProvider(
         AnthropicConfig(
             model_id="claude-test-model",
@@ -69,6 +96,8 @@ def build_provider(kind: str, server: WireServer) -> ModelProvider:
 def text_reply(kind: str, *pieces: str, **kw: Any) -> Reply:
     if kind == "openai_compat":
         return Reply(events=ow.text_events(*pieces), **kw)
+    if kind == "bedrock":
+        return bw.stream(bw.text_events(*pieces), **kw)
     return Reply(events=aw.text_events(*pieces), **kw)
 
 
@@ -77,6 +106,8 @@ def tool_reply(kind: str, call_id: str, name: str, args: dict[str, Any]) -> Repl
     pieces = [raw[: len(raw) // 2], raw[len(raw) // 2 :]]
     if kind == "openai_compat":
         return Reply(events=ow.tool_events([(call_id, name, pieces)]))
+    if kind == "bedrock":
+        return bw.stream(bw.tool_events(call_id, name, args))
     events = [aw.message_start(), *aw.tool_block(0, call_id, name, pieces), *aw.finish("tool_use")]
     return Reply(events=events)
 
@@ -84,6 +115,8 @@ def tool_reply(kind: str, call_id: str, name: str, args: dict[str, Any]) -> Repl
 def bad_request(kind: str) -> Reply:
     if kind == "openai_compat":
         return ow.error(400, "Invalid 'messages'.", "invalid_request_error", None)
+    if kind == "bedrock":
+        return bw.error(400, "ValidationException", "messages: invalid")
     return aw.error(400, "invalid_request_error", "messages: invalid")
 
 
@@ -92,6 +125,13 @@ def tool_results_sent(kind: str, body: dict[str, Any]) -> list[tuple[str, str]]:
     if kind == "openai_compat":
         return [(m["tool_call_id"], m["content"]) for m in body["messages"] if m["role"] == "tool"]
     out = []
+    if kind == "bedrock":
+        for message in body["messages"]:
+            for block in message["content"]:
+                if "toolResult" in block:
+                    result = block["toolResult"]
+                    out.append((result["toolUseId"], result["content"][0]["text"]))
+        return out
     for message in body["messages"]:
         for block in message["content"]:
             if block["type"] == "tool_result":
@@ -223,3 +263,59 @@ async def test_model_error_leaves_the_session_resumable(kind: str, server: WireS
     result, state = await run(definition, state, "c2", "Hello again")
     assert result.stop_reason == "end_turn"
     assert result.message == {"role": "assistant", "content": [{"text": "Fine now."}]}
+
+
+async def test_bedrock_throttling_then_success(server: WireServer) -> None:
+    server.script(
+        bw.throttled(),
+        bw.stream([bw.message_start(), bw.exception("throttlingException", "Too many tokens")]),
+        text_reply("bedrock", "Fine."),
+    )
+    definition = agent("bedrock", server, checkpointing=False)
+
+    result, state = await run(definition, SessionState(session_id="s-t"), "c1", "Hello")
+    assert result.stop_reason == "end_turn"
+    assert result.message == {"role": "assistant", "content": [{"text": "Fine."}]}
+    assert roles(state) == ["user", "assistant"]
+    assert len(server.requests) == 3
+
+
+async def test_bedrock_guardrail_intervention(server: WireServer) -> None:
+    blocked = "Sorry, I cannot help with that."
+    server.script(
+        bw.stream(bw.text_events(blocked, stop_reason="guardrail_intervened")),
+        text_reply("bedrock", "Paris is sunny."),
+    )
+    definition = agent("bedrock", server, checkpointing=False)
+
+    result, state = await run(definition, SessionState(session_id="s-g"), "c1", "Something bad")
+    assert result.stop_reason == "guardrail_intervened"
+    assert result.error is None
+    assert result.message == {"role": "assistant", "content": [{"text": blocked}]}
+
+    result, state = await run(definition, state, "c2", "The weather in Paris?")
+    assert result.stop_reason == "end_turn"
+    assert roles(state) == ["user", "assistant", "user", "assistant"]
+
+
+async def test_bedrock_expired_credentials_end_in_model_error(server: WireServer) -> None:
+    server.script(bw.expired_token(), text_reply("bedrock", "Back again."))
+    definition = agent("bedrock", server, checkpointing=False)
+
+    result, state = await run(definition, SessionState(session_id="s-x"), "c1", "Hello")
+    assert result.stop_reason == "error"
+    assert result.error is not None and result.error.code == "model_error"
+    assert "ExpiredTokenException" in result.error.message
+    assert "the AWS credentials have expired; refresh them" in result.error.message
+    assert len(server.requests) == 1, "expired credentials are not retried"
+    assert roles(state) == ["user"], "the prompt is kept; the history stays valid"
+
+    # once the credentials are refreshed the same session goes on
+    result, state = await run(definition, state, "c2", "Hello again")
+    assert result.stop_reason == "end_turn"
+    assert result.message == {"role": "assistant", "content": [{"text": "Back again."}]}
+    assert roles(state) == ["user", "assistant"]
+    assert state.messages[0]["content"] == [{"text": "Hello"}, {"text": "Hello again"}]
+    assert server.requests[1].body["messages"] == [
+        {"role": "user", "content": [{"text": "Hello"}, {"text": "Hello again"}]}
+    ]

@@ -1,0 +1,245 @@
+"""Mapping between Cairn's messages and Bedrock ConverseStream, both directions.
+
+Guarantee: Cairn's messages already are Converse messages, so blocks go out as they are except
+that empty text is dropped and binary payloads become bytes; streamed events are folded into one
+assistant message in block order, tool input joined and parsed once its block is complete.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from service.agent.errors import ContextOverflowError, ModelError
+from service.agent.provider import ModelReply, ToolSpec
+from service.agent.types import Message, StopReason, Usage
+from service.providers.content import parse_tool_input
+from service.providers.retry import TruncatedStreamError
+
+logger = logging.getLogger(__name__)
+
+STOP_REASONS: dict[str, StopReason] = {
+    "end_turn": "end_turn",
+    "tool_use": "tool_use",
+    "max_tokens": "max_tokens",
+    "stop_sequence": "stop_sequence",
+    "guardrail_intervened": "guardrail_intervened",
+    "content_filtered": "content_filtered",
+}
+
+CONTEXT_WINDOW_EXCEEDED = "model_context_window_exceeded"
+OVERFLOW_MESSAGES = (
+    "input is too long",
+    "input length and `max_tokens` exceed context limit",
+    "too many total text bytes",
+    "prompt is too long",
+)
+"""How a ValidationException of a request beyond the model's context window reads (lowercase
+parts; the wording depends on the model family)."""
+
+CACHE_POINT: dict[str, Any] = {"cachePoint": {"type": "default"}}
+
+_PASSED_BLOCKS = frozenset({"toolUse", "cachePoint", "guardContent", "citationsContent"})
+_BINARY_BLOCKS = ("image", "document", "video")
+
+
+def to_bedrock_tools(specs: Sequence[ToolSpec], *, cache: bool) -> dict[str, Any]:
+    tools: list[dict[str, Any]] = [
+        {
+            "toolSpec": {
+                "name": spec.name,
+                "description": spec.description,
+                "inputSchema": {"json": spec.input_schema},
+            }
+        }
+        for spec in specs
+    ]
+    if cache:
+        tools.append(CACHE_POINT)
+    return {"tools": tools}
+
+
+def to_bedrock_system(prompt: str, *, cache: bool) -> list[dict[str, Any]]:
+    return [{"text": prompt}, CACHE_POINT] if cache else [{"text": prompt}]
+
+
+def to_bedrock_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        role = "assistant" if message.get("role") == "assistant" else "user"
+        blocks = [b for b in map(_block, message.get("content", [])) if b is not None]
+        if blocks:
+            out.append({"role": role, "content": blocks})
+    return out
+
+
+def _block(block: dict[str, Any]) -> dict[str, Any] | None:
+    if "text" in block:
+        return {"text": block["text"]} if block["text"] else None
+    if "toolResult" in block:
+        return {"toolResult": _tool_result(block["toolResult"])}
+    if "reasoningContent" in block:
+        return {"reasoningContent": _reasoning(block["reasoningContent"])}
+    for kind in _BINARY_BLOCKS:
+        if kind in block:
+            return {kind: _with_bytes(block[kind], kind)}
+    if _PASSED_BLOCKS.intersection(block):
+        return block
+    raise ModelError(f"content block {sorted(block)} is not supported by bedrock")
+
+
+def _tool_result(result: dict[str, Any]) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    for item in result.get("content", []):
+        converted = {"json": item["json"]} if "json" in item else _block(item)
+        if converted is not None:
+            content.append(converted)
+    out: dict[str, Any] = {"toolUseId": result["toolUseId"], "content": content}
+    if result.get("status") in ("success", "error"):
+        out["status"] = result["status"]
+    return out
+
+
+def _reasoning(reasoning: dict[str, Any]) -> dict[str, Any]:
+    if "redactedContent" in reasoning:
+        return {"redactedContent": _as_bytes(reasoning["redactedContent"], "reasoning")}
+    return dict(reasoning)
+
+
+def _with_bytes(block: dict[str, Any], kind: str) -> dict[str, Any]:
+    source = block.get("source")
+    if not isinstance(source, dict):
+        raise ModelError(f"{kind} block has no source")
+    if "bytes" not in source:
+        return block  # an S3 location goes as it is
+    return {**block, "source": {**source, "bytes": _as_bytes(source["bytes"], kind)}}
+
+
+def _as_bytes(data: Any, kind: str) -> bytes:
+    """Raw bytes of a payload the history holds raw or base64-encoded (the codec stores JSON)."""
+    if isinstance(data, bytes | bytearray):
+        return bytes(data)
+    if isinstance(data, str):
+        try:
+            return base64.b64decode(data, validate=True)
+        except binascii.Error as exc:
+            raise ModelError(f"{kind} bytes are neither bytes nor base64: {exc}") from None
+    raise ModelError(f"{kind} block has no bytes")
+
+
+@dataclass(slots=True)
+class _Block:
+    kind: str = "text"
+    parts: list[str] = field(default_factory=list)
+    signature: str = ""
+    redacted: bytes = b""
+    tool_id: str = ""
+    tool_name: str = ""
+
+
+@dataclass(slots=True)
+class BedrockReplyBuilder:
+    """Folds ConverseStream events (dicts as botocore parses them) into one reply."""
+
+    blocks: dict[int, _Block] = field(default_factory=dict)
+    stop_reason: str | None = None
+    usage: Usage = field(default_factory=Usage)
+
+    def add(self, event: Any) -> str | None:
+        """Take one stream event; return the text it adds, if any."""
+        if "contentBlockStart" in event:
+            self._start(event["contentBlockStart"])
+        elif "contentBlockDelta" in event:
+            return self._delta(event["contentBlockDelta"])
+        elif "messageStop" in event:
+            self.stop_reason = str(event["messageStop"].get("stopReason", ""))
+        elif "metadata" in event:
+            self._take_usage(event["metadata"].get("usage") or {})
+        return None
+
+    def _start(self, start: dict[str, Any]) -> None:
+        entry = self.blocks.setdefault(int(start.get("contentBlockIndex", 0)), _Block())
+        use = (start.get("start") or {}).get("toolUse")
+        if use is not None:
+            entry.kind, entry.tool_id, entry.tool_name = "toolUse", use["toolUseId"], use["name"]
+
+    def _delta(self, event: dict[str, Any]) -> str | None:
+        entry = self.blocks.setdefault(int(event.get("contentBlockIndex", 0)), _Block())
+        delta = event.get("delta") or {}
+        if "text" in delta:
+            entry.parts.append(delta["text"])
+            return str(delta["text"]) or None
+        if "toolUse" in delta:
+            entry.parts.append(delta["toolUse"].get("input", ""))
+        elif "reasoningContent" in delta:
+            entry.kind = "reasoning"
+            reasoning = delta["reasoningContent"]
+            entry.parts.append(reasoning.get("text", ""))
+            entry.signature += reasoning.get("signature", "")
+            entry.redacted += reasoning.get("redactedContent", b"")
+        return None
+
+    def _take_usage(self, usage: dict[str, Any]) -> None:
+        # Bedrock counts cached input apart from ``inputTokens``; all of it is input here.
+        self.usage.input_tokens = sum(
+            int(usage.get(name) or 0)
+            for name in ("inputTokens", "cacheReadInputTokens", "cacheWriteInputTokens")
+        )
+        self.usage.output_tokens = int(usage.get("outputTokens") or 0)
+
+    def partial_text(self) -> str:
+        return "".join("".join(b.parts) for _, b in sorted(self.blocks.items()) if b.kind == "text")
+
+    def build(self) -> ModelReply:
+        if self.stop_reason is None:
+            raise TruncatedStreamError("stream ended before messageStop gave a stop reason")
+        if self.stop_reason == CONTEXT_WINDOW_EXCEEDED:
+            raise ContextOverflowError(
+                f"bedrock: stop reason {CONTEXT_WINDOW_EXCEEDED}: the reply reached the end of "
+                "the model's context window"
+            )
+        stop_reason = STOP_REASONS.get(self.stop_reason)
+        if stop_reason is None:
+            logger.warning("stop_reason=<%s> | unknown stop reason, ending turn", self.stop_reason)
+            stop_reason = "end_turn"
+        content: list[dict[str, Any]] = []
+        for _, block in sorted(self.blocks.items()):
+            converted = self._convert(block, keep_tools=stop_reason == "tool_use")
+            if converted is not None:
+                content.append(converted)
+        return ModelReply(
+            message={"role": "assistant", "content": content},
+            stop_reason=stop_reason,
+            usage=self.usage,
+        )
+
+    @staticmethod
+    def _convert(block: _Block, *, keep_tools: bool) -> dict[str, Any] | None:
+        text = "".join(block.parts)
+        if block.kind == "text":
+            return {"text": text} if text else None
+        if block.kind == "toolUse":
+            if not keep_tools:
+                # an unfinished reply (max_tokens, guardrail) may hold a cut-off tool call
+                logger.warning(
+                    "tool=<%s> | dropping tool call of an unfinished reply", block.tool_name
+                )
+                return None
+            return {
+                "toolUse": {
+                    "toolUseId": block.tool_id,
+                    "name": block.tool_name,
+                    "input": parse_tool_input(text, block.tool_name),
+                }
+            }
+        if block.redacted:
+            encoded = base64.b64encode(block.redacted).decode("ascii")
+            return {"reasoningContent": {"redactedContent": encoded}}
+        reasoning: dict[str, Any] = {"text": text}
+        if block.signature:
+            reasoning["signature"] = block.signature
+        return {"reasoningContent": {"reasoningText": reasoning}}
