@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any, get_args
+from typing import Any
 
 from pydantic import ValidationError
 from strands import Agent
@@ -37,7 +37,7 @@ from service.agent.tools import Tool
 from service.agent.types import Limits
 from service.agent_config.errors import AgentConfigError, validation_problems
 from service.agent_config.provider_factory import build_provider
-from service.agent_config.schema import ProviderKind, ProviderSpec
+from service.agent_config.schema import ProviderSpec
 from service.strands_adapter.tools import StrandsTool
 
 _KEY_VARIABLE = "\x00strands client api_key"
@@ -356,12 +356,6 @@ _BEDROCK_IGNORED = ("model_id", "include_tool_result_status", "streaming")
 
 
 def _bedrock(model: Any, env: Mapping[str, str], where: str) -> ModelProvider:
-    # The Bedrock provider is looked up by its type name: a Cairn that has it maps the model.
-    if "bedrock" not in get_args(ProviderKind):
-        raise AgentConfigError(
-            "a BedrockModel needs the bedrock provider, which this Cairn does not have; "
-            "use AnthropicModel or OpenAIModel, or a Cairn with provider type 'bedrock'"
-        )
     options = bedrock_options(model)
     return _build("bedrock", options, str(model.get_config()["model_id"]), env, where)
 

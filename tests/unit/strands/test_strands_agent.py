@@ -31,6 +31,7 @@ from service.agent.state import SessionState
 from service.agent_config import AgentConfigError, load_agents
 from service.agent_config.schema import ProviderKind
 from service.providers.anthropic import AnthropicProvider
+from service.providers.bedrock import BedrockProvider
 from service.providers.openai_compat import OpenAICompatProvider
 from service.providers.scripted import ScriptedModel, ToolCall
 from service.strands_adapter.agent import bedrock_options, from_strands
@@ -212,13 +213,23 @@ def test_other_model_providers_and_client_options_are_refused() -> None:
     )
 
 
-@pytest.mark.skipif("bedrock" in ProviderKind.__args__, reason="the bedrock provider exists")
-def test_a_bedrock_model_needs_the_bedrock_provider() -> None:
+def test_a_bedrock_agent_runs_on_the_bedrock_provider() -> None:
     agent = Agent(
-        model=BedrockModel(model_id="anthropic.claude-3-haiku", region_name="eu-west-1"),
+        model=BedrockModel(
+            model_id="anthropic.claude-3-haiku", region_name="eu-west-1", temperature=0.2
+        ),
+        system_prompt="Be brief.",
         callback_handler=None,
     )
-    assert "a BedrockModel needs the bedrock provider" in problems(agent)
+    adapted = from_strands(agent, name="b", env={})
+    assert isinstance(adapted.model, BedrockProvider)
+    config = adapted.model.config
+    assert (config.model_id, config.region, config.temperature) == (
+        "anthropic.claude-3-haiku",
+        "eu-west-1",
+        0.2,
+    )
+    assert adapted.system_prompt == "Be brief."
 
 
 def test_cairn_agents_registry_holds_strands_agents() -> None:
