@@ -24,12 +24,11 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from service.agent import tracing
+from service.agent.batch import BatchRun, LedgerChanged
 from service.agent.cancel import CancelSignal
-from service.agent.definition import AgentDefinition
 from service.agent.events import Event, ToolFinished, ToolStarted
 from service.agent.hooks import (
     AfterToolCallEvent,
@@ -37,8 +36,7 @@ from service.agent.hooks import (
     BeforeToolCallEvent,
     BeforeToolsEvent,
 )
-from service.agent.interrupts import InterruptBook, InterruptSignal
-from service.agent.metrics import InvocationMetrics
+from service.agent.interrupts import InterruptSignal
 from service.agent.outcomes import (
     OUTCOME_UNKNOWN,
     answered_block,
@@ -55,47 +53,11 @@ from service.agent.results import (
     tool_result,
     unknown_tool_text,
 )
-from service.agent.storable import StateGuard, checked_result, state_refused
+from service.agent.storable import checked_result, state_refused
 from service.agent.tools import Tool, ToolContext, ToolPolicy
-from service.agent.types import ContentBlock, Interrupt, Message
+from service.agent.types import ContentBlock, Interrupt
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class BatchRun:
-    agent: AgentDefinition
-    session_id: str
-    message: Message
-    uses: list[dict[str, Any]]
-    results: dict[str, ContentBlock]
-    book: InterruptBook
-    cancel: CancelSignal
-    invocation_state: dict[str, Any]
-    agent_state: dict[str, Any]
-    metrics: InvocationMetrics
-    state_guard: StateGuard
-    result_max_bytes: int | None = None
-    """The invocation's ``result_max_bytes``: the largest tool result kept (None: no limit)."""
-    started: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """The ledger of ``once`` tools started without a result yet (the pending batch's)."""
-    instance: str = ""
-    """Who runs the batch, as the ledger records it."""
-    tracer: tracing.Tracer = tracing.NO_TRACING
-    """Gets a span per tool call."""
-    raised: dict[str, Interrupt] = field(default_factory=dict)
-    """Interrupts raised by this run, by toolUseId ("" for the before-tools hook)."""
-    stopped: bool = False
-    """A cancel stopped this batch (decided when its after-tools event is built): every
-    toolUse then has a result in ``results``, and no interrupt of it stays pending."""
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerChanged:
-    """The ledger of ``once`` tools changed; ``durable``: no tool starts before it is committed
-    (the loop turns it into a :class:`~service.agent.events.ToolLedger` with a state)."""
-
-    durable: bool
 
 
 class ToolTimeoutError(Exception):

@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator
 
 from service.agent import tracing
+from service.agent.batch import BatchRun, LedgerChanged
 from service.agent.cancel import CancelSignal
 from service.agent.definition import AgentDefinition
 from service.agent.errors import ContextOverflowError, ModelError
@@ -26,7 +27,7 @@ from service.agent.events import (
     ModelMessage,
     ModelTextDelta,
 )
-from service.agent.executor import BatchRun, LedgerChanged, raised_in_order, run_batch
+from service.agent.executor import raised_in_order, run_batch
 from service.agent.hooks import (
     AfterModelCallEvent,
     BeforeInvocationEvent,
