@@ -293,13 +293,19 @@ class TransactionStream:
         transaction it has open; its ABORT marker on the group's offsets partition then ends
         offsets that producer id left pending with no transaction the coordinator still knows
         of (a commit whose markers a broker restart dropped), which no InitProducerId ends."""
-        logger.warning(
-            "transactional_id=<%s> | ending what this producer holds of the partition's offsets",
-            transactional_id,
-        )
         if transactional_id == self.transactional_id:
+            logger.warning(
+                "transactional_id=<%s> | ending what this instance's own producer holds of the "
+                "partition's offsets",
+                transactional_id,
+            )
             await self.abort_probe([], group=True)
             return
+        logger.warning(
+            "transactional_id=<%s> | fencing the producer that holds this partition's offsets, "
+            "then ending what it holds of them",
+            transactional_id,
+        )
         producer = self._transport.producer(transactional_id)
         try:
             await producer.start()
