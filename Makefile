@@ -51,9 +51,10 @@ $(INSTALLED): pyproject.toml requirements-dev.lock
 		--no-build-isolation -e '.[dev]'
 	@touch $@
 
-# The lock files, from pyproject.toml: requirements.lock (runtime and the provider extras: what
-# the image installs) and requirements-dev.lock (runtime and the dev extra: what make install and
-# CI install). Run after changing a dependency; versions already locked are kept unless
+# The lock files, from pyproject.toml: requirements-dev.lock (runtime and the dev extra: what
+# make install and CI install), then requirements.lock (runtime and the image's extras: what the
+# image installs), constrained by the first, so the image gets exactly the versions CI tested.
+# Run after changing a dependency; versions already locked are kept unless
 # LOCK_ARGS=--upgrade (or --upgrade-package NAME). uv, at the version pinned here, runs from its
 # own scratch venv.
 UV_VERSION := 0.13.9
@@ -66,8 +67,8 @@ LOCK := $(UV_VENV)/bin/uv pip compile pyproject.toml --quiet --generate-hashes -
 lock:
 	@test -x $(UV_VENV)/bin/uv || { $(PYTHON) -m venv $(UV_VENV) && \
 		$(UV_VENV)/bin/pip install --quiet --disable-pip-version-check 'uv==$(UV_VERSION)'; }
-	$(LOCK) --extra openai --extra anthropic --extra bedrock --extra otel -o requirements.lock
 	$(LOCK) --extra dev -o requirements-dev.lock
+	$(LOCK) --extra openai --extra anthropic --extra bedrock --extra otel -c requirements-dev.lock -o requirements.lock
 
 kafka-jars: $(INSTALLED)
 	$(KAFKA_LOCAL) jars

@@ -72,7 +72,11 @@ def _lock_command(output: str) -> list[str]:
     lock = re.search(r"^LOCK := (.*?)(?<!\\)$", MAKEFILE, re.MULTILINE | re.DOTALL)
     assert lock, "no LOCK variable in the Makefile"
     base = shlex.split(lock.group(1).replace("\\\n", " "))
-    [line] = [ln for ln in MAKEFILE.splitlines() if ln.startswith("\t$(LOCK)") and output in ln]
+    [line] = [
+        ln
+        for ln in MAKEFILE.splitlines()
+        if ln.startswith("\t$(LOCK)") and ln.rstrip().endswith(f"-o {output}")
+    ]
     return base + shlex.split(line.replace("$(LOCK)", ""))
 
 
@@ -106,6 +110,18 @@ def test_every_requirement_of_pyproject_is_pinned_with_hashes(
 
 def _marker_holds(marker: str, environment: dict[str, str]) -> bool:
     return Marker(marker).evaluate({**environment, "sys_platform": "linux"})
+
+
+def test_the_image_lock_pins_the_versions_the_dev_lock_tests() -> None:
+    # CI installs the dev lock: every package the image installs must be that same version.
+    dev = {name: {p.version for p in pins} for name, pins in read_lock(DEV_LOCK).items()}
+    apart = {
+        name: sorted(p.version for p in pins)
+        for name, pins in read_lock(RUNTIME_LOCK).items()
+        if not {p.version for p in pins} <= dev.get(name, set())
+    }
+    assert not apart, f"pinned apart from the dev lock: {apart}"
+    assert "-c" in _lock_command("requirements.lock")
 
 
 def test_dev_lock_carries_the_build_backend_for_an_offline_editable_install() -> None:
