@@ -12,16 +12,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.agent.errors import ContextOverflowError, ModelError
-from service.agent.provider import ModelReply, ToolSpec
+from service.agent.errors import ModelError
+from service.agent.provider import ToolSpec
 from service.agent.types import Message, StopReason, Usage
+from service.providers.block_reply import BlockReplyBuilder
 from service.providers.content import (
     image_media_type,
     parse_tool_input,
     result_text,
     source_base64,
 )
-from service.providers.retry import TruncatedStreamError
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +34,6 @@ STOP_REASONS: dict[str, StopReason] = {
     "pause_turn": "end_turn",
 }
 
-CONTEXT_WINDOW_EXCEEDED = "model_context_window_exceeded"
 PROMPT_TOO_LONG = "prompt is too long"
 """How the 400 ``invalid_request_error`` of a request beyond the context window begins."""
 
@@ -172,8 +171,12 @@ class _Block:
 
 
 @dataclass(slots=True)
-class AnthropicReplyBuilder:
+class AnthropicReplyBuilder(BlockReplyBuilder):
     """Folds raw Messages stream events into one :class:`ModelReply`."""
+
+    provider = "anthropic"
+    stop_event = "message_delta"
+    stop_reasons = STOP_REASONS
 
     blocks: dict[int, _Block] = field(default_factory=dict)
     stop_reason: str | None = None
@@ -235,33 +238,6 @@ class AnthropicReplyBuilder:
         elif kind == "signature_delta":
             entry.signature += delta.signature
         return None
-
-    def partial_text(self) -> str:
-        return "".join("".join(b.parts) for _, b in sorted(self.blocks.items()) if b.kind == "text")
-
-    def build(self) -> ModelReply:
-        if self.stop_reason is None:
-            raise TruncatedStreamError("stream ended before message_delta gave a stop reason")
-        if self.stop_reason == CONTEXT_WINDOW_EXCEEDED:
-            # The reply filled what was left of the context window: the request must shrink.
-            raise ContextOverflowError(
-                f"anthropic: stop reason {CONTEXT_WINDOW_EXCEEDED}: the reply reached the end "
-                "of the model's context window"
-            )
-        stop_reason = STOP_REASONS.get(self.stop_reason)
-        if stop_reason is None:
-            logger.warning("stop_reason=<%s> | unknown stop reason, ending turn", self.stop_reason)
-            stop_reason = "end_turn"
-        content: list[dict[str, Any]] = []
-        for _, block in sorted(self.blocks.items()):
-            converted = self._convert(block, keep_tools=stop_reason == "tool_use")
-            if converted is not None:
-                content.append(converted)
-        return ModelReply(
-            message={"role": "assistant", "content": content},
-            stop_reason=stop_reason,
-            usage=self.usage,
-        )
 
     def _convert(self, block: _Block, *, keep_tools: bool) -> dict[str, Any] | None:
         text = "".join(block.parts)

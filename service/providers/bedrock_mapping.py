@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.agent.errors import ContextOverflowError, ModelError
-from service.agent.provider import ModelReply, ToolSpec
+from service.agent.errors import ModelError
+from service.agent.provider import ToolSpec
 from service.agent.types import Message, StopReason, Usage
+from service.providers.block_reply import BlockReplyBuilder
 from service.providers.content import parse_tool_input
-from service.providers.retry import TruncatedStreamError
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +31,6 @@ STOP_REASONS: dict[str, StopReason] = {
     "content_filtered": "content_filtered",
 }
 
-CONTEXT_WINDOW_EXCEEDED = "model_context_window_exceeded"
 OVERFLOW_MESSAGES = (
     "input is too long",
     "input length and `max_tokens` exceed context limit",
@@ -142,8 +141,12 @@ class _Block:
 
 
 @dataclass(slots=True)
-class BedrockReplyBuilder:
+class BedrockReplyBuilder(BlockReplyBuilder):
     """Folds ConverseStream events (dicts as botocore parses them) into one reply."""
+
+    provider = "bedrock"
+    stop_event = "messageStop"
+    stop_reasons = STOP_REASONS
 
     blocks: dict[int, _Block] = field(default_factory=dict)
     stop_reason: str | None = None
@@ -191,34 +194,7 @@ class BedrockReplyBuilder:
         )
         self.usage.output_tokens = int(usage.get("outputTokens") or 0)
 
-    def partial_text(self) -> str:
-        return "".join("".join(b.parts) for _, b in sorted(self.blocks.items()) if b.kind == "text")
-
-    def build(self) -> ModelReply:
-        if self.stop_reason is None:
-            raise TruncatedStreamError("stream ended before messageStop gave a stop reason")
-        if self.stop_reason == CONTEXT_WINDOW_EXCEEDED:
-            raise ContextOverflowError(
-                f"bedrock: stop reason {CONTEXT_WINDOW_EXCEEDED}: the reply reached the end of "
-                "the model's context window"
-            )
-        stop_reason = STOP_REASONS.get(self.stop_reason)
-        if stop_reason is None:
-            logger.warning("stop_reason=<%s> | unknown stop reason, ending turn", self.stop_reason)
-            stop_reason = "end_turn"
-        content: list[dict[str, Any]] = []
-        for _, block in sorted(self.blocks.items()):
-            converted = self._convert(block, keep_tools=stop_reason == "tool_use")
-            if converted is not None:
-                content.append(converted)
-        return ModelReply(
-            message={"role": "assistant", "content": content},
-            stop_reason=stop_reason,
-            usage=self.usage,
-        )
-
-    @staticmethod
-    def _convert(block: _Block, *, keep_tools: bool) -> dict[str, Any] | None:
+    def _convert(self, block: _Block, *, keep_tools: bool) -> dict[str, Any] | None:
         text = "".join(block.parts)
         if block.kind == "text":
             return {"text": text} if text else None

@@ -1,0 +1,71 @@
+"""The part every streaming reply builder shares: from the content blocks and the stop reason a
+stream gave, one :class:`ModelReply`.
+
+Guarantee: a stream that ended without a stop reason is a :class:`TruncatedStreamError` (it is
+retried); the stop reason of a reply that ran into the end of the context window is a
+:class:`ContextOverflowError`; an unknown stop reason ends the turn, with a warning; tool uses are
+kept only when the model stopped for them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, ClassVar, Protocol
+
+from service.agent.errors import ContextOverflowError
+from service.agent.provider import ModelReply
+from service.agent.types import StopReason, Usage
+from service.providers.retry import TruncatedStreamError
+
+logger = logging.getLogger(__name__)
+
+CONTEXT_WINDOW_EXCEEDED = "model_context_window_exceeded"
+
+
+class Block(Protocol):
+    kind: str
+    parts: list[str]
+
+
+class BlockReplyBuilder:
+    """Mixed into a provider's builder, which holds ``blocks``, ``stop_reason`` and ``usage`` and
+    converts one of its blocks (``_convert``)."""
+
+    provider: ClassVar[str]
+    stop_event: ClassVar[str]
+    """The stream event that carries the stop reason (named when a stream ends without it)."""
+    stop_reasons: ClassVar[Mapping[str, StopReason]]
+    blocks: dict[int, Any]
+    stop_reason: str | None
+    usage: Usage
+
+    def partial_text(self) -> str:
+        return "".join("".join(b.parts) for _, b in sorted(self.blocks.items()) if b.kind == "text")
+
+    def build(self) -> ModelReply:
+        if self.stop_reason is None:
+            raise TruncatedStreamError(f"stream ended before {self.stop_event} gave a stop reason")
+        if self.stop_reason == CONTEXT_WINDOW_EXCEEDED:
+            # The reply filled what was left of the context window: the request must shrink.
+            raise ContextOverflowError(
+                f"{self.provider}: stop reason {CONTEXT_WINDOW_EXCEEDED}: the reply reached the "
+                "end of the model's context window"
+            )
+        stop_reason = self.stop_reasons.get(self.stop_reason)
+        if stop_reason is None:
+            logger.warning("stop_reason=<%s> | unknown stop reason, ending turn", self.stop_reason)
+            stop_reason = "end_turn"
+        content: list[dict[str, Any]] = []
+        for _, block in sorted(self.blocks.items()):
+            converted = self._convert(block, keep_tools=stop_reason == "tool_use")
+            if converted is not None:
+                content.append(converted)
+        return ModelReply(
+            message={"role": "assistant", "content": content},
+            stop_reason=stop_reason,
+            usage=self.usage,
+        )
+
+    def _convert(self, block: Any, *, keep_tools: bool) -> dict[str, Any] | None:
+        raise NotImplementedError
