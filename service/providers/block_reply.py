@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from service.agent.errors import ContextOverflowError
 from service.agent.provider import ModelReply
@@ -21,11 +21,6 @@ from service.providers.retry import TruncatedStreamError
 logger = logging.getLogger(__name__)
 
 CONTEXT_WINDOW_EXCEEDED = "model_context_window_exceeded"
-
-
-class Block(Protocol):
-    kind: str
-    parts: list[str]
 
 
 class BlockReplyBuilder:
