@@ -10,8 +10,8 @@ still connects, and nothing of OpenTelemetry is imported.
 from __future__ import annotations
 
 import logging
+import random
 import re
-import secrets
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -65,12 +65,14 @@ class TraceContext:
 
     @classmethod
     def new_root(cls) -> TraceContext:
-        return cls(secrets.token_hex(16), _new_span_id())
+        trace = random.getrandbits(128)
+        return cls(f"{trace or 1:032x}", _new_span_id())
 
 
 def _new_span_id() -> str:
-    span = secrets.token_hex(8)
-    return span if span != _ZERO_SPAN else _new_span_id()
+    # Ids need to be unique, not secret (as OpenTelemetry's SDK makes them): the process's
+    # generator, not a system call per span as secrets would make.
+    return f"{random.getrandbits(64) or 1:016x}"
 
 
 def parse_traceparent(
@@ -148,20 +150,27 @@ class _OtelBridge:
         self._trace = trace_api
         self._provider: Any = None
         self._tracer: Any = None
+        self._inert = (trace_api.ProxyTracerProvider, trace_api.NoOpTracerProvider)
 
     def _current_tracer(self) -> Any:
         """The tracer of the installed provider, made again only when the provider changed
-        (making one per span costs more than the span)."""
+        (making one per span costs more than the span); ``None`` while no SDK provider is
+        installed, when every span would record nothing and costs as much as a step."""
         provider = self._trace.get_tracer_provider()
         if provider is not self._provider:
             self._provider = provider
-            self._tracer = provider.get_tracer("cairn")
+            recording = not isinstance(provider, self._inert)
+            self._tracer = provider.get_tracer("cairn") if recording else None
         return self._tracer
 
     @contextmanager
     def span(
         self, name: str, parent: TraceContext | None, attributes: Mapping[str, Any]
     ) -> Iterator[TraceContext]:
+        tracer = self._current_tracer()
+        if tracer is None:
+            yield parent.child() if parent is not None else TraceContext.new_root()
+            return
         api = self._trace
         context = None
         if parent is not None:
@@ -172,7 +181,7 @@ class _OtelBridge:
                 trace_flags=api.TraceFlags(int(parent.flags, 16)),
             )
             context = api.set_span_in_context(api.NonRecordingSpan(remote))
-        with self._current_tracer().start_as_current_span(
+        with tracer.start_as_current_span(
             name, context=context, kind=api.SpanKind.CONSUMER, attributes=dict(attributes)
         ) as s:
             sc = s.get_span_context()
@@ -190,10 +199,16 @@ class _OtelBridge:
 
     @contextmanager
     def engine_span(self, name: str, attributes: Attributes) -> Iterator[Span]:
-        with self._current_tracer().start_as_current_span(name, attributes=dict(attributes)) as s:
+        tracer = self._current_tracer()
+        if tracer is None:
+            yield NO_SPAN
+            return
+        with tracer.start_as_current_span(name, attributes=dict(attributes)) as s:
             yield _OtelSpan(s)
 
     def current(self) -> Span:
+        if self._current_tracer() is None:
+            return NO_SPAN
         return _OtelSpan(self._trace.get_current_span())
 
 

@@ -142,3 +142,25 @@ def test_opentelemetry_api_without_sdk_still_yields_a_child() -> None:
         assert child.span_id != parent.span_id
     with span("cairn.invoke", None) as root:
         assert len(root.trace_id) == 32
+
+
+def test_without_an_sdk_provider_no_opentelemetry_span_is_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The API alone hands out spans that record nothing but cost as much as an engine step:
+    # without an SDK provider none is started, for the command or the engine.
+    trace_api = pytest.importorskip("opentelemetry.trace")
+    assert isinstance(trace_api.get_tracer_provider(), trace_api.ProxyTracerProvider)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a tracer was asked for a span")
+
+    monkeypatch.setattr(trace_api.ProxyTracerProvider, "get_tracer", refuse)
+    monkeypatch.setattr(tracing._otel, "_provider", None)
+    parent = parse_traceparent(VALID)
+    assert parent is not None
+    with span("cairn.invoke", parent) as child:
+        assert child.trace_id == parent.trace_id
+        assert tracing.current_span() is tracing.NO_SPAN
+    with tracing.engine_tracer().span("cairn.model", {}) as engine_span:
+        assert engine_span is tracing.NO_SPAN
