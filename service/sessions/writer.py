@@ -149,6 +149,9 @@ class SessionWriter:
         """The applied command ids as stored after this write, and how many the session ever
         applied; writes the slots of the ids added since the previous write (all of them, and
         tombstones for slots left over, when the list changed otherwise)."""
+        if before is not None and delivery.applied == before.delivery.applied:
+            # Most writes (every boundary but the command's last) answer no command.
+            return before.applied, before.applied_count
         old = before.applied if before is not None else []
         count = before.applied_count if before is not None else 0
         new = list(delivery.applied)

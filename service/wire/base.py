@@ -44,11 +44,19 @@ def require_type(schema: dict[str, Any]) -> None:
     _require(schema, ("type",))
 
 
+_ENVELOPE_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {}
+
+
 def mark_envelope_set(model: BaseModel) -> None:
     """Count ``type`` and ``schema_version`` as set: they are written even when left implicit."""
-    model.__pydantic_fields_set__.update(
-        name for name in ("type", "schema_version") if name in type(model).model_fields
-    )
+    cls = type(model)
+    names = _ENVELOPE_FIELDS.get(cls)
+    if names is None:
+        # Looked up once per model class: every record Cairn writes or reads passes here.
+        names = tuple(name for name in ("type", "schema_version") if name in cls.model_fields)
+        _ENVELOPE_FIELDS[cls] = names
+    if names:
+        model.__pydantic_fields_set__.update(names)
 
 
 class InboundModel(BaseModel):

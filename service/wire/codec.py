@@ -257,13 +257,24 @@ def decode_event(value: bytes) -> ProgressEvent:
     return _validate(model, raw)
 
 
+_FIELD_NAMES: dict[type[BaseModel], tuple[str, ...]] = {}
+
+
+def _field_names(cls: type[BaseModel]) -> tuple[str, ...]:
+    """A model's field names in declaration order (looked up once per class)."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(cls.model_fields)
+    return names
+
+
 def _plain(model: Any) -> dict[str, Any]:
     # orjson calls this for each model it meets; plain dicts and lists inside are written by
     # orjson itself, which is what keeps a 20 KB result cheap to encode.
     if not isinstance(model, BaseModel):
         raise TypeError(f"{type(model).__name__} is not JSON")
     present = model.model_fields_set
-    data = {name: getattr(model, name) for name in type(model).model_fields if name in present}
+    data = {name: getattr(model, name) for name in _field_names(type(model)) if name in present}
     if model.model_extra:
         data.update(model.model_extra)
     return data
