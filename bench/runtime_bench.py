@@ -1,19 +1,21 @@
 """Runtime benchmark: committed steps per second, end-to-end latency and takeover time.
 
-One service process (``python -m service serve``) beside a local single-node broker on this
-machine; a scripted zero-latency model and a zero-latency async tool; turns of three tool cycles
-with checkpointing on, so every step (invocation) is one command, one result and one committed
-state. The driver plays upstream and downstream: it keys commands by session id as a Kafka
-producer with the default partitioner would, and reads results ``read_committed``. The service
-runs with its shipped defaults, group timings included. Prints a table and writes JSON
-(``--out``). A benchmark, not a test: it reports, it does not assert targets.
+One service process (``python -m service serve``; ``--instances N``: N of them sharing the
+partitions, as replicas would, one per core) beside a local single-node broker on this machine;
+a scripted zero-latency model (whose cost does not grow with the conversation) and a
+zero-latency async tool; turns of three tool cycles with checkpointing on, so every step
+(invocation) is one command, one result and one committed state. The driver plays upstream and
+downstream: it keys commands by session id as a Kafka producer with the default partitioner
+would, and reads results ``read_committed``. The service runs with its shipped defaults, group
+timings included. Prints a table and writes JSON (``--out``). A benchmark, not a test: it
+reports, it does not assert targets.
 
 Phases: saturation (closed loop), the same with the tool declared ``effect="once"`` (its start
 committed before it runs, its result right after; ``--skip-once``), latency at ``--load`` of
 saturation (open loop; ``--rate`` fixes the rate and skips both saturations), takeover after
-``kill -9`` (``--skip-takeover``). Each
-phase reports the CPU of the service, the broker (when known) and the driver, so a figure can
-be read against how busy the machine was.
+``kill -9`` of the first instance (``--skip-takeover``; with one instance a second joins first,
+with more the others take its partitions over). Each phase reports the CPU of the services, the
+broker (when known) and the driver, so a figure can be read against how busy the machine was.
 
 Broker: ``CAIRN_TEST_BOOTSTRAP`` names a running one (pass ``--broker-pid`` for its CPU);
 otherwise one is started from the Maven jars for the run and stopped after.
@@ -284,8 +286,52 @@ def commit_stats(log: str) -> dict[str, float]:
     return {key: float(value) for key, value in found}
 
 
-async def wait_ready(proc: ServiceProcess, partitions: int, timeout: float = 60.0) -> None:
-    await proc.wait_log("partition ready", timeout, count=partitions)
+def all_commit_stats(procs: list[ServiceProcess]) -> dict[str, float]:
+    """The last commit stats of every instance as one: counts summed, averages weighted by
+    commits, maxima the largest."""
+    each = [stats for stats in (commit_stats(proc.text()) for proc in procs) if stats]
+    if len(each) <= 1:
+        return each[0] if each else {}
+    commits = sum(stats.get("commits", 0.0) for stats in each) or 1.0
+    merged: dict[str, float] = {}
+    for key in each[0]:
+        values = [stats.get(key, 0.0) for stats in each]
+        if key in ("commits", "results", "results_per_s"):
+            merged[key] = round(sum(values), 1)
+        elif key.endswith("_max"):
+            merged[key] = max(values)
+        elif key == "window_s":
+            merged[key] = values[0]
+        else:
+            weights = [stats.get("commits", 0.0) for stats in each]
+            merged[key] = round(
+                sum(v * w for v, w in zip(values, weights, strict=True)) / commits, 2
+            )
+    return merged
+
+
+async def wait_ready(procs: list[ServiceProcess], partitions: int, timeout: float = 60.0) -> None:
+    """Until every partition is ready on one of ``procs``, as their last assignments say."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ready: set[int] = set()
+        for proc in procs:
+            text = proc.text()
+            start = text.rfind("partitions assigned")
+            if start < 0:
+                continue
+            owned = assigned(proc)
+            if text.count("partition ready", start) >= len(owned):
+                ready |= owned
+        if ready >= set(range(partitions)):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"partitions ready: {sorted(ready)} of {partitions}")
+        await asyncio.sleep(0.1)
+
+
+def services_cpu(procs: list[ServiceProcess]) -> float:
+    return sum(cpu_seconds(proc.pid) for proc in procs)
 
 
 def assigned(proc: ServiceProcess) -> set[int]:
@@ -330,19 +376,21 @@ async def bench(
             tuned[name] = getattr(runtime, name)
         else:
             env[f"CAIRN_RUNTIME__{name.upper()}"] = str(value)
-    first = cluster.start("bench-a", **env)
-    print(f"service pid {first.pid}", file=sys.stderr, flush=True)
+    procs = [cluster.start(f"bench-{chr(ord('a') + n)}", **env) for n in range(args.instances)]
+    first = procs[0]
+    print(f"service pids {[proc.pid for proc in procs]}", file=sys.stderr, flush=True)
     second: ServiceProcess | None = None
     driver = Driver(cluster)
     report: dict[str, Any] = {
         "partitions": args.partitions,
+        "instances": args.instances,
         "sessions": args.sessions,
         **tuned,
         "steps_per_turn": STEPS_PER_TURN,
         "cpus": os.cpu_count(),
     }
     try:
-        await wait_ready(first, args.partitions)
+        await wait_ready(procs, args.partitions)
         if fresh_broker and args.broker_warmup > 0:
             # A broker just started spends its first minute compiling its hot paths (its CPU
             # then doubles per request); a serving broker is long past that. Sessions of their
@@ -359,16 +407,16 @@ async def bench(
 
         if args.rate is None:
             # 1. saturation: every session always has its next step queued
-            cpu_before = cpu_seconds(first.pid)
+            cpu_before = services_cpu(procs)
             broker_before = cpu_seconds(broker_pid) if broker_pid else None
             driver_before = time.process_time()
             machine_before = machine_busy_seconds()
             window = await driver.run_closed(args.duration, args.warmup)
             elapsed = time.perf_counter() - window.started
-            cpu_used = cpu_seconds(first.pid) - cpu_before
+            cpu_used = services_cpu(procs) - cpu_before
             saturation = window.results / elapsed
             await driver.drain()
-            stats = commit_stats(first.text())
+            stats = all_commit_stats(procs)
             report["saturation"] = {
                 "steps_per_s": round(saturation, 1),
                 "steps": window.results,
@@ -399,10 +447,10 @@ async def bench(
             once = Driver(cluster, prefix="once", agent="bench-once")
             await once.start()
             once.add_sessions(args.sessions)
-            cpu_before = cpu_seconds(first.pid)
+            cpu_before = services_cpu(procs)
             window = await once.run_closed(args.duration, args.warmup)
             elapsed = time.perf_counter() - window.started
-            cpu_used = cpu_seconds(first.pid) - cpu_before
+            cpu_used = services_cpu(procs) - cpu_before
             await once.drain()
             await once.stop()
             report["saturation_once"] = {
@@ -416,14 +464,14 @@ async def bench(
 
         # 2. latency at half of saturation (open loop)
         rate = args.rate if args.rate is not None else saturation * args.load
-        cpu_before = cpu_seconds(first.pid)
+        cpu_before = services_cpu(procs)
         machine_before = machine_busy_seconds()
         broker_before = cpu_seconds(broker_pid) if broker_pid else None
         driver_before = time.process_time()
         window = await driver.run_open(rate, args.duration, args.warmup)
         spent = args.duration + args.warmup
         usage = {
-            "service_cpu_util": round((cpu_seconds(first.pid) - cpu_before) / spent, 2),
+            "service_cpu_util": round((services_cpu(procs) - cpu_before) / spent, 2),
             "broker_cpu_util": round((cpu_seconds(broker_pid) - broker_before) / spent, 2)
             if broker_pid and broker_before is not None
             else None,
@@ -444,7 +492,7 @@ async def bench(
             "to_append_p50_ms": round(percentile(window.before_produce, 0.5) * 1000, 1),
             "append_to_visible_p50_ms": round(percentile(window.after_produce, 0.5) * 1000, 1),
             **usage,
-            "commit": commit_stats(first.text()),
+            "commit": all_commit_stats(procs),
         }
         report["turns_per_session"] = round(
             statistics.fmean(session.turn for session in driver.sessions.values()), 1
@@ -452,10 +500,12 @@ async def bench(
 
         if args.skip_takeover:
             return report
-        # 3. takeover: a second instance joins, the first is killed -9 under light traffic
-        second = cluster.start("bench-b", **env)
-        await second.wait_ready()
-        await first.wait_log("partitions assigned", 60, count=2)
+        # 3. takeover: with one instance a second joins; the first is killed -9 under light
+        # traffic, and the others take its partitions over
+        if len(procs) == 1:
+            second = cluster.start("bench-b", **env)
+            await second.wait_ready()
+            await first.wait_log("partitions assigned", 60, count=2)
         moved = assigned(first)
         traffic = asyncio.create_task(driver.run_open(args.takeover_rate, 30.0, 0.0))
         await asyncio.sleep(2.0)
@@ -480,7 +530,7 @@ async def bench(
             "heartbeat_interval_ms": int(env["CAIRN_GROUP__HEARTBEAT_INTERVAL_MS"]),
         }
     finally:
-        for proc in (first, second):
+        for proc in (*procs, second):
             if proc is not None and proc.alive:
                 proc.kill()
         with contextlib.suppress(Exception):
@@ -540,6 +590,9 @@ def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sessions", type=int, default=600)
     parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument(
+        "--instances", type=int, default=1, help="service processes sharing the partitions"
+    )
     parser.add_argument("--duration", type=float, default=15.0)
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--load", type=float, default=0.5, help="fraction of saturation")
