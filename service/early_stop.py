@@ -1,8 +1,10 @@
-"""A stop asked for before the service serves: SIGTERM while it starts exits at once with status 0.
+"""A stop asked for before the service serves: SIGTERM or SIGINT while it starts exits at once
+with status 0 and one line.
 
 Until the event loop installs its own handlers (which drain owned partitions), a SIGTERM would
 otherwise end the process by the signal's default action (status -15, reported by orchestrators
-and supervisors as a crash) although nothing was owned and nothing is lost.
+and supervisors as a crash), and a Ctrl-C would print a traceback from wherever the start was,
+although nothing was owned and nothing is lost.
 """
 
 from __future__ import annotations
@@ -19,5 +21,7 @@ def _stopped(signum: int, frame: FrameType | None) -> None:
 
 
 def exit_on_early_stop() -> None:
-    """SIGTERM ends the process quietly, with status 0, until the event loop takes it over."""
+    """SIGTERM and SIGINT end the process quietly, with status 0, until the event loop takes
+    them over."""
     signal.signal(signal.SIGTERM, _stopped)
+    signal.signal(signal.SIGINT, _stopped)
