@@ -56,16 +56,19 @@ async def tick(step: int) -> str:
 
 
 class ScriptedModel:
-    """A zero-latency model: ``cycles`` calls of ``tick`` per turn, then a text answer."""
+    """A zero-latency model: ``cycles`` calls of ``tick`` per turn, then a text answer. Like
+    Cairn's bench model, its cost does not grow with the conversation: it reads back to the
+    turn's prompt (``turn N``) only."""
 
     def __init__(self, cycles: int) -> None:
         self.cycles = cycles
 
     async def ainvoke(self, messages: list[AnyMessage]) -> AIMessage:
-        turn = sum(1 for message in messages if isinstance(message, HumanMessage))
         index = 0
+        turn = ""
         for message in reversed(messages):
             if isinstance(message, HumanMessage):
+                turn = str(message.content).removeprefix("turn ")
                 break
             if isinstance(message, ToolMessage):
                 index += 1
