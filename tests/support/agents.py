@@ -64,6 +64,24 @@ def _has_text(message: dict[str, Any]) -> bool:
     return False
 
 
+def tool_reply(uses: list[dict[str, Any]]) -> ModelReply:
+    """The assistant's reply asking for the tool uses ``uses`` (``toolUse`` bodies)."""
+    message = {"role": "assistant", "content": [{"toolUse": use} for use in uses]}
+    return ModelReply(message=message, stop_reason="tool_use", usage=Usage(10, 5))
+
+
+def answer(text: str) -> list[ModelChunk]:
+    """A text answer as a model streams it: the text, then the reply that ends the turn."""
+    return [
+        TextDelta(text),
+        ModelReply(
+            message={"role": "assistant", "content": [{"text": text}]},
+            stop_reason="end_turn",
+            usage=Usage(10, 5),
+        ),
+    ]
+
+
 class CycleModel(ModelProvider):
     """``cycles`` tool calls of ``tool_name`` per turn, then a text answer."""
 
@@ -82,22 +100,8 @@ class CycleModel(ModelProvider):
             at, seconds = latency.split(":")
             if int(at) == index:
                 await asyncio.sleep(float(seconds))
-        if index < self.cycles:
-            tool_use = {
-                "toolUseId": f"t{turn}c{index}",
-                "name": self.tool_name,
-                "input": {"step": index},
-            }
-            message = {"role": "assistant", "content": [{"toolUse": tool_use}]}
-            yield ModelReply(message=message, stop_reason="tool_use", usage=Usage(10, 5))
-            return
-        text = f"done turn {turn}"
-        yield TextDelta(text)
-        yield ModelReply(
-            message={"role": "assistant", "content": [{"text": text}]},
-            stop_reason="end_turn",
-            usage=Usage(10, 5),
-        )
+        for chunk in _cycle(self, index, f"t{turn}c{index}", f"done turn {turn}"):
+            yield chunk
 
 
 class BenchModel(ModelProvider):
@@ -121,22 +125,18 @@ class BenchModel(ModelProvider):
                 index += 1
             elif _has_text(message):
                 break
-        if index < self.cycles:
-            tool_use = {
-                "toolUseId": f"p{prompt}c{index}",
-                "name": self.tool_name,
-                "input": {"step": index},
-            }
-            message = {"role": "assistant", "content": [{"toolUse": tool_use}]}
-            yield ModelReply(message=message, stop_reason="tool_use", usage=Usage(10, 5))
-            return
-        text = f"done, prompt at {prompt}"
-        yield TextDelta(text)
-        yield ModelReply(
-            message={"role": "assistant", "content": [{"text": text}]},
-            stop_reason="end_turn",
-            usage=Usage(10, 5),
-        )
+        for chunk in _cycle(self, index, f"p{prompt}c{index}", f"done, prompt at {prompt}"):
+            yield chunk
+
+
+def _cycle(model: CycleModel | BenchModel, index: int, use_id: str, text: str) -> list[ModelChunk]:
+    """Reply ``index`` of a turn: a call of the model's tool while cycles are left, then
+    ``text``."""
+    if index < model.cycles:
+        return [
+            tool_reply([{"toolUseId": use_id, "name": model.tool_name, "input": {"step": index}}])
+        ]
+    return answer(text)
 
 
 class WindowModel(ModelProvider):
@@ -171,9 +171,9 @@ class WindowModel(ModelProvider):
         else:
             step = int(done[-1][1:]) + 1 if done else 0
             if step < self.cycles:
-                tool_use = {"toolUseId": f"w{step}", "name": "record", "input": {"step": step}}
-                message = {"role": "assistant", "content": [{"toolUse": tool_use}]}
-                yield ModelReply(message=message, stop_reason="tool_use", usage=Usage(10, 5))
+                yield tool_reply(
+                    [{"toolUseId": f"w{step}", "name": "record", "input": {"step": step}}]
+                )
                 return
             text = "all steps recorded"
         yield ModelReply(

@@ -15,10 +15,9 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 from service.agent.definition import AgentDefinition
-from service.agent.provider import ModelChunk, ModelProvider, ModelReply, ModelRequest, TextDelta
+from service.agent.provider import ModelChunk, ModelProvider, ModelRequest
 from service.agent.tools import ToolContext, tool
-from service.agent.types import Usage
-from tests.support.agents import _append, _position, _record_call, whole_history
+from tests.support.agents import _append, _position, _record_call, answer, tool_reply, whole_history
 from tests.support.agents import registry as base_registry
 
 
@@ -65,20 +64,15 @@ class BatchModel(ModelProvider):
             {"session_id": request.session_id, "turn": turn, "index": index, "pid": os.getpid()},
         )
         if index == 0:
-            uses = [
-                {"toolUse": {"toolUseId": f"t{turn}-{name}", "name": name, "input": {"step": 0}}}
-                for name in ("charge", "fetch")
-            ]
-            message = {"role": "assistant", "content": uses}
-            yield ModelReply(message=message, stop_reason="tool_use", usage=Usage(10, 5))
+            yield tool_reply(
+                [
+                    {"toolUseId": f"t{turn}-{name}", "name": name, "input": {"step": 0}}
+                    for name in ("charge", "fetch")
+                ]
+            )
             return
-        text = f"done turn {turn}"
-        yield TextDelta(text)
-        yield ModelReply(
-            message={"role": "assistant", "content": [{"text": text}]},
-            stop_reason="end_turn",
-            usage=Usage(10, 5),
-        )
+        for chunk in answer(f"done turn {turn}"):
+            yield chunk
 
 
 def registry() -> Mapping[str, AgentDefinition]:
