@@ -5,7 +5,7 @@ OpenTelemetry's API is installed and an SDK is configured, spans are real and th
 outputs, and the engine's model and tool spans (``service.agent.tracing``) are OpenTelemetry
 spans nested under the command's. Otherwise a child span id is generated locally so the trace
 still connects: with the API but no SDK provider no OpenTelemetry span is started (it would
-record nothing, at a fifth of a step's CPU), and without the API nothing of it is imported.
+record nothing, at a sixth of a step's CPU), and without the API nothing of it is imported.
 """
 
 from __future__ import annotations
