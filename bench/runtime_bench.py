@@ -370,6 +370,7 @@ async def bench(
         "offsets_every_ms": args.offsets_every_ms,
         "fetch_max_records": args.fetch_max_records,
         "transaction_streams": args.transaction_streams,
+        "transactions_version": args.transactions_version,
     }
     for name, value in tuned.items():
         if value is None:
@@ -491,6 +492,8 @@ async def bench(
             # its transaction; millisecond clock of this machine).
             "to_append_p50_ms": round(percentile(window.before_produce, 0.5) * 1000, 1),
             "append_to_visible_p50_ms": round(percentile(window.after_produce, 0.5) * 1000, 1),
+            "to_append_p99_ms": round(percentile(window.before_produce, 0.99) * 1000, 1),
+            "append_to_visible_p99_ms": round(percentile(window.after_produce, 0.99) * 1000, 1),
             **usage,
             "commit": all_commit_stats(procs),
         }
@@ -618,6 +621,7 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--offsets-every-ms", type=int, default=None)
     parser.add_argument("--transaction-streams", choices=("partition", "instance"), default=None)
     parser.add_argument("--fetch-max-records", type=int, default=None)
+    parser.add_argument("--transactions-version", type=int, choices=(1, 2), default=None)
     parser.add_argument("--broker-pid", type=int, default=None, help="for CPU accounting")
     parser.add_argument(
         "--broker-property",

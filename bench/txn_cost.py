@@ -1,9 +1,10 @@
 """Transaction cost benchmark: what one commit of a partition costs, apart from the service.
 
-A transactional producer built as the runtime builds one writes one small record to each of
-three partitions (result, event, session state) per transaction, as a partition owner's commit
-does at low load. Reports the median over several rounds of: wall time per commit, client CPU
-per commit, broker CPU per commit (when its pid is known) and how long each request type took.
+A transactional producer built as the runtime builds one (``--transactions-version`` 1 or 2)
+writes one small record to each of three partitions (result, event, session state) per
+transaction, as a partition owner's commit does at low load. Reports the median over several
+rounds of: wall time per commit, client CPU per commit, broker CPU per commit (when its pid is
+known) and how long each request type took.
 Prints a table and one JSON object (also written to ``bench-results/txn_cost.json``).
 
 Broker: ``CAIRN_TEST_BOOTSTRAP`` names a running one (pass ``--broker-pid``); otherwise one is
@@ -24,7 +25,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.client import AIOKafkaClient
 
@@ -32,7 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.runtime_bench import broker, cpu_seconds  # noqa: E402
-from service.runtime.clients import transactional_producer  # noqa: E402
+from service.runtime.transport import KafkaTxnProducer, TxnProducer  # noqa: E402
+from service.runtime.txn_v2 import KafkaTxnV2Producer  # noqa: E402
+from service.runtime.work import OutRecord  # noqa: E402
 from service.settings import KafkaSettings  # noqa: E402
 
 RequestTimes = dict[str, list[float]]
@@ -57,11 +59,15 @@ def time_requests(times: RequestTimes) -> Callable[[], None]:
     return undo
 
 
-async def commit(producer: AIOKafkaProducer, topics: list[str], payload: bytes) -> None:
-    await producer.begin_transaction()
-    deliveries = [await producer.send(topic, payload, partition=0) for topic in topics]
+async def commit(producer: TxnProducer, topics: list[str], payload: bytes) -> None:
+    await producer.begin()
+    deliveries = [
+        delivery
+        for topic in topics
+        for delivery, _ in await producer.send(topic, 0, [OutRecord(topic, b"k", payload)])
+    ]
     await asyncio.gather(*deliveries)
-    await producer.commit_transaction()
+    await producer.commit()
 
 
 async def round_of(
@@ -94,7 +100,8 @@ async def bench(args: argparse.Namespace, bootstrap: str, broker_pid: int | None
     finally:
         await admin.close()
     kafka = KafkaSettings(bootstrap_servers=bootstrap)
-    producer = transactional_producer(kafka, f"txn-cost-{run_id}", transaction_timeout_ms=30_000)
+    make = KafkaTxnV2Producer if args.transactions_version == 2 else KafkaTxnProducer
+    producer: TxnProducer = make(kafka, f"txn-cost-{run_id}", 30_000)
     await producer.start()
     payload = b"x" * args.record_bytes
     times: RequestTimes = defaultdict(list)
@@ -115,8 +122,9 @@ async def bench(args: argparse.Namespace, bootstrap: str, broker_pid: int | None
         finally:
             undo()
     finally:
-        await producer.stop()
+        await producer.close()
     report: dict[str, Any] = {
+        "transactions_version": args.transactions_version,
         "warmup_commits": args.warmup,
         "commits_per_round": args.commits,
         "rounds": args.rounds,
@@ -163,6 +171,13 @@ def main() -> int:
         "--gap-ms", type=float, default=20.0, help="pause between commits (0: back to back)"
     )
     parser.add_argument("--record-bytes", type=int, default=500)
+    parser.add_argument(
+        "--transactions-version",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="1: aiokafka's producer; 2: the service's producer of KIP-890 transactions",
+    )
     parser.add_argument("--broker-pid", type=int, default=None, help="for CPU accounting")
     parser.add_argument("--out", default=str(REPO / "bench-results" / "txn_cost.json"))
     args = parser.parse_args()

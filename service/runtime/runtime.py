@@ -43,6 +43,7 @@ from service.runtime.streams import InstanceStream, PartitionStreams, Streams
 from service.runtime.transport import KafkaInput, KafkaTransport
 from service.runtime.txn_offset_commit import Membership
 from service.runtime.txn_stream import TransactionStream
+from service.runtime.txn_v2 import KafkaTxnV2Producer
 from service.settings import GroupSettings, Settings
 
 logger = logging.getLogger(__name__)
@@ -145,7 +146,11 @@ class Runtime:
             standby.follow(range(partitions))
         self._standby = standby
         transport = KafkaTransport(
-            settings.kafka, transaction_timeout_ms=settings.runtime.transaction_timeout_ms
+            settings.kafka,
+            transaction_timeout_ms=settings.runtime.transaction_timeout_ms,
+            make_producer=(
+                KafkaTxnV2Producer if settings.runtime.transactions_version == 2 else None
+            ),
         )
         faults = FaultPoints(settings.faults)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -379,14 +379,25 @@ class KafkaGroupOffsets:
         return fetched_all(await client.send(node, request))
 
 
+MakeProducer = Callable[[KafkaSettings, str, int], TxnProducer]
+"""A producer class: (settings, transactional id, transaction timeout in ms)."""
+
+
 class KafkaTransport:
-    def __init__(self, kafka: KafkaSettings, *, transaction_timeout_ms: int) -> None:
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        *,
+        transaction_timeout_ms: int,
+        make_producer: MakeProducer | None = None,
+    ) -> None:
         self._kafka = kafka
         self._timeout_ms = transaction_timeout_ms
+        self._make_producer: MakeProducer = make_producer or KafkaTxnProducer
         self.offsets: GroupOffsets = KafkaGroupOffsets(kafka)
 
     def producer(self, transactional_id: str) -> TxnProducer:
-        return KafkaTxnProducer(self._kafka, transactional_id, self._timeout_ms)
+        return self._make_producer(self._kafka, transactional_id, self._timeout_ms)
 
 
 def _append(batch: Any, record: OutRecord) -> bool:
