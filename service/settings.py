@@ -87,12 +87,12 @@ class RuntimeSettings(BaseModel):
     start fences the partition's previous owner. ``instance``: one producer for all of an
     instance's partitions, its transactions fenced by the group generation (KIP-447); fewer,
     larger transactions, but one at a time (see docs/runtime.md, "One stream per instance")."""
-    transactions_version: int = Field(default=1, ge=1, le=2)
+    transactions_version: int = Field(default=2, ge=1, le=2)
     """Kafka's transaction protocol. ``2`` (KIP-890; a broker whose ``transaction.version``
-    feature is at 2, Kafka 4.0 or later) adds partitions and offsets to a transaction with the
-    produce and the offset commit themselves: two round trips per commit instead of three, and a
-    producer of the service's own over aiokafka's client. ``1``: aiokafka's producer, for any
-    broker with transactions."""
+    feature is at 2, as a cluster formatted by Kafka 4.0 or later has it): the partition leader
+    adds a partition to the transaction with the produce itself, so a commit waits for two round
+    trips instead of three; sent by a producer of the service's own over aiokafka's client
+    (``service/runtime/txn_v2.py``). ``1``: aiokafka's producer, for a broker without it."""
     offsets_every_ms: int = Field(default=1_000, ge=0)
     """Input offsets move in a transaction at most this often (0: every transaction). Commands
     re-read after a crash are recognised by the applied command ids in their session state, so

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -277,23 +277,19 @@ class KafkaTxnProducer:
     ) -> None:
         await self.add_group(group_id)
         manager = self._producer._txn_manager
-        while True:
-            request = GroupTxnOffsetCommit(
-                transactional_id=self.transactional_id,
-                group_id=group_id,
-                producer_id=manager.producer_id,
-                producer_epoch=manager.producer_epoch,
-                membership=membership,
-                offsets=offsets,
-            )
-            response = await self._send(GROUP_COORDINATOR, group_id, request)
-            errors = set(partition_errors(response).values()) - {0}
-            if not errors:
-                return
-            if errors & MOVED:
-                self._coordinators.pop((GROUP_COORDINATOR, group_id), None)
-            raise_for_offsets(errors, membership)
-            await asyncio.sleep(_RETRY_S)
+        request = GroupTxnOffsetCommit(
+            transactional_id=self.transactional_id,
+            group_id=group_id,
+            producer_id=manager.producer_id,
+            producer_epoch=manager.producer_epoch,
+            membership=membership,
+            offsets=offsets,
+        )
+        await commit_in_transaction(
+            lambda: self._send(GROUP_COORDINATOR, group_id, request),
+            membership,
+            lambda: self._coordinators.pop((GROUP_COORDINATOR, group_id), None),
+        )
 
     async def add_group(self, group_id: str) -> None:
         manager = self._producer._txn_manager
@@ -332,6 +328,21 @@ class KafkaTxnProducer:
 
     async def abort(self) -> None:
         await self._producer.abort_transaction()
+
+
+async def commit_in_transaction(
+    send: Callable[[], Awaitable[Any]], membership: Membership, moved: Callable[[], object]
+) -> None:
+    """Send a TxnOffsetCommit until the group coordinator takes every offset; raise what a
+    refusal means. ``moved`` forgets the coordinator when it answers that it is not one."""
+    while True:
+        errors = set(partition_errors(await send()).values()) - {0}
+        if not errors:
+            return
+        if errors & MOVED:
+            moved()
+        raise_for_offsets(errors - {CONCURRENT_TRANSACTIONS}, membership)
+        await asyncio.sleep(_RETRY_S)
 
 
 def raise_for_offsets(errors: set[int], membership: Membership) -> None:

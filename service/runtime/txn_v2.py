@@ -49,10 +49,10 @@ from service.runtime.transport import (
     TXN_COORDINATOR,
     CommitFailedError,
     Delivery,
+    commit_in_transaction,
     discard,
-    raise_for_offsets,
 )
-from service.runtime.txn_offset_commit import GroupTxnOffsetCommit, Membership, partition_errors
+from service.runtime.txn_offset_commit import GroupTxnOffsetCommit, Membership
 from service.runtime.txn_v2_requests import EndTxn, InitProducerId, TxnProduce, produced
 from service.runtime.work import OutRecord
 from service.settings import KafkaSettings
@@ -76,6 +76,16 @@ RECONNECT_S = 0.1
 _CLOSE_S = 2.0
 
 Batch = tuple[TopicPartition, bytearray, "asyncio.Future[int]"]
+
+
+class UnsupportedBrokerError(CommitFailedError):
+    """The broker does not speak a request of transactions version 2."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(
+            f"the broker does not speak transactions version 2 ({detail}): it needs Kafka 4.0 "
+            "or later; set runtime.transactions_version=1 for an older one"
+        )
 
 
 class KafkaTxnV2Producer:
@@ -182,15 +192,11 @@ class KafkaTxnV2Producer:
             membership=membership,
             offsets=offsets,
         )
-        while True:
-            response = await self._coordinator(GROUP_COORDINATOR, group_id, request)
-            errors = set(partition_errors(response).values()) - {0}
-            if not errors:
-                return
-            if errors & MOVED:
-                self._coordinators.pop((GROUP_COORDINATOR, group_id), None)
-            raise_for_offsets(errors - {CONCURRENT_TRANSACTIONS}, membership)
-            await asyncio.sleep(RESEND_S)
+        await commit_in_transaction(
+            lambda: self._coordinator(GROUP_COORDINATOR, group_id, request),
+            membership,
+            lambda: self._coordinators.pop((GROUP_COORDINATOR, group_id), None),
+        )
 
     async def commit(self) -> None:
         if self._flushes:
@@ -300,6 +306,8 @@ class KafkaTxnV2Producer:
         )
         try:
             response = await self._client.send(leader, request)
+        except NotImplementedError as exc:
+            raise UnsupportedBrokerError(str(exc)) from exc
         except KafkaError as exc:
             logger.debug("error=<%r> | produce not answered, resending", exc)
             self._client.force_metadata_update()
@@ -351,6 +359,8 @@ class KafkaTxnV2Producer:
             )
         try:
             response = await self._client.send(node, request)
+        except NotImplementedError as exc:
+            raise UnsupportedBrokerError(str(exc)) from exc
         except Exception:
             self._coordinators.pop((kind, key), None)
             raise

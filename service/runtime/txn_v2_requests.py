@@ -144,16 +144,21 @@ def produced(response: ProduceResponse_v12) -> dict[TopicPartition, tuple[int, i
     }
 
 
+PRODUCER_ANSWER = Schema(
+    ("throttle_time_ms", Int32),
+    ("error_code", Int16),
+    ("producer_id", Int64),
+    ("producer_epoch", Int16),
+    ("tags", TaggedFields),
+)
+"""InitProducerId v5 and EndTxn v5 answer alike: an error code, and the producer id and epoch
+to use from now on."""
+
+
 class InitProducerIdResponse_v5(Response):  # type: ignore[misc]  # aiokafka is untyped
     API_KEY = INIT_PRODUCER_ID_KEY
     API_VERSION = 5
-    SCHEMA = Schema(
-        ("throttle_time_ms", Int32),
-        ("error_code", Int16),
-        ("producer_id", Int64),
-        ("producer_epoch", Int16),
-        ("tags", TaggedFields),
-    )
+    SCHEMA = PRODUCER_ANSWER
 
 
 class InitProducerIdRequest_v5(RequestStruct):  # type: ignore[misc]  # aiokafka is untyped
@@ -195,13 +200,7 @@ class InitProducerId(Request[InitProducerIdRequest_v5]):  # type: ignore[misc]
 class EndTxnResponse_v5(Response):  # type: ignore[misc]  # aiokafka is untyped
     API_KEY = END_TXN_KEY
     API_VERSION = 5
-    SCHEMA = Schema(
-        ("throttle_time_ms", Int32),
-        ("error_code", Int16),
-        ("producer_id", Int64),
-        ("producer_epoch", Int16),
-        ("tags", TaggedFields),
-    )
+    SCHEMA = PRODUCER_ANSWER
 
 
 class EndTxnRequest_v5(RequestStruct):  # type: ignore[misc]  # aiokafka is untyped

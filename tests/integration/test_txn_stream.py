@@ -3,7 +3,8 @@ in one transaction with their offsets under the group's current membership and t
 transactional id as metadata; a stale membership or a fenced producer commits nothing; a fenced
 commit leaves no future behind whose exception nobody retrieves (asyncio would report it at
 garbage collection); a new owner's fence aborts the open transaction of the producer the offsets
-name at once."""
+name at once. Each runs on both transaction protocols (aiokafka's producer, and the service's
+own of transactions version 2)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from service.runtime.runtime import membership_of
 from service.runtime.transport import KafkaTransport
 from service.runtime.txn_offset_commit import Membership
 from service.runtime.txn_stream import GroupFencedError, TransactionStream
+from service.runtime.txn_v2 import KafkaTxnV2Producer
 from service.runtime.work import Origin, Outcome, OutRecord
 from service.settings import FaultSettings, KafkaSettings
 from tests.conftest import CreateTopics
@@ -78,9 +80,9 @@ class Setup:
         return await committed_values(self.bootstrap, TopicPartition(self.results, partition))
 
 
-@pytest.fixture
+@pytest.fixture(params=[1, 2], ids=["txn-v1", "txn-v2"])
 async def setup(
-    kafka_bootstrap: str, kafka_topics: CreateTopics, unique_name: str
+    kafka_bootstrap: str, kafka_topics: CreateTopics, unique_name: str, request: Any
 ) -> AsyncIterator[Setup]:
     commands, results, sessions = await kafka_topics(
         f"{unique_name}.commands",
@@ -98,7 +100,9 @@ async def setup(
     )
     await member.start()
     transport = KafkaTransport(
-        KafkaSettings(bootstrap_servers=kafka_bootstrap), transaction_timeout_ms=60_000
+        KafkaSettings(bootstrap_servers=kafka_bootstrap),
+        transaction_timeout_ms=60_000,
+        make_producer=KafkaTxnV2Producer if request.param == 2 else None,
     )
     await transport.offsets.start()
     try:
