@@ -11,6 +11,10 @@ of the input topics: fetch a batch, the assignment, pause and resume, seek, wher
 begins), so the consumer loop and the partition owner are unit-tested the same way on an
 in-memory one, and run on :class:`KafkaInput`, a thin wrapper of ``AIOKafkaConsumer``.
 
+Two producers implement :class:`TxnProducer` on the broker: :class:`KafkaTxnProducer` here,
+aiokafka's producer (Kafka's transactions version 1), and ``txn_v2.KafkaTxnV2Producer``, the
+service's own of transactions version 2 (``runtime.transactions_version``, the default).
+
 Written against aiokafka 0.14.0: its producer sends TxnOffsetCommit version 0 only, which
 carries no membership. :meth:`KafkaTxnProducer.commit_offsets` therefore adds the group to the
 transaction itself (AddOffsetsToTxn, sent while aiokafka adds the partitions and produces), tells

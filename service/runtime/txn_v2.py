@@ -313,11 +313,13 @@ class KafkaTxnV2Producer:
             self._client.force_metadata_update()
             await asyncio.sleep(RECONNECT_S)
             return list(batches)
-        resend: list[TopicPartition] = []
-        for tp, (error, base_offset) in produced(response).items():
-            future = batches[tp][2]
-            if future.done():
+        answers = produced(response)
+        resend = [tp for tp in batches if tp not in answers]
+        for tp, (error, base_offset) in answers.items():
+            batch = batches.get(tp)
+            if batch is None or batch[2].done():
                 continue
+            future = batch[2]
             if error == 0:
                 future.set_result(base_offset)
             elif error in RESEND:
