@@ -20,20 +20,20 @@ carries no membership. :meth:`KafkaTxnProducer.commit_offsets` therefore adds th
 transaction itself (AddOffsetsToTxn, sent while aiokafka adds the partitions and produces), tells
 aiokafka's transaction manager that the group is added (so it neither sends its own offset
 commit nor takes the transaction for empty), and commits the offsets with version 3
-(``txn_offset_commit.py``), which the group coordinator checks. Coordinators are looked up once
-and again only when one answers that it is not (aiokafka's lookup asks the broker every time).
+(``txn_offset_commit.py``), which the group coordinator checks (:class:`CoordinatorRequests`,
+shared by both producers).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.client import AIOKafkaClient
-from aiokafka.errors import ProducerFenced
+from aiokafka.errors import ProducerFenced, for_code
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.protocol.transaction import AddOffsetsToTxnRequest
 from aiokafka.structs import OffsetAndMetadata
@@ -51,6 +51,7 @@ TXN_COORDINATOR = 1
 FENCED_BY_GROUP = {22: "ILLEGAL_GENERATION", 25: "UNKNOWN_MEMBER_ID", 82: "FENCED_INSTANCE_ID"}
 REBALANCE_IN_PROGRESS = 27
 INVALID_PRODUCER_EPOCH = 47
+PRODUCER_FENCED = 90
 RETRIABLE = frozenset({7, 14, 15, 16})
 """REQUEST_TIMED_OUT, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR."""
 MOVED = frozenset({15, 16})
@@ -211,15 +212,96 @@ class KafkaInput:
         return {tp: int(offset) for tp, offset in found.items()}
 
 
-class KafkaTxnProducer:
+class CoordinatorRequests:
+    """What both producers send to coordinators alike: AddOffsetsToTxn, and the transaction's
+    offsets under a group membership (TxnOffsetCommit v3, ``txn_offset_commit.py``), each
+    coordinator looked up once and again only after it answered that it is not one or a request
+    to it failed (aiokafka's lookup asks the broker every time)."""
+
+    transactional_id: str
+
+    def __init__(self) -> None:
+        self._coordinators: dict[tuple[int, str], int] = {}
+
+    def _coordinator_client(self) -> AIOKafkaClient:
+        raise NotImplementedError
+
+    def _producer_ids(self) -> tuple[int, int]:
+        """The producer id and epoch of the open transaction."""
+        raise NotImplementedError
+
+    async def add_group(self, group_id: str) -> None:
+        await self._add_offsets(group_id)
+
+    async def commit_offsets(
+        self,
+        group_id: str,
+        membership: Membership,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+    ) -> None:
+        await self.add_group(group_id)
+        producer_id, epoch = self._producer_ids()
+        request = GroupTxnOffsetCommit(
+            transactional_id=self.transactional_id,
+            group_id=group_id,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            membership=membership,
+            offsets=offsets,
+        )
+        while True:
+            response = await self._coordinator(GROUP_COORDINATOR, group_id, request)
+            errors = set(partition_errors(response).values()) - {0}
+            if not errors:
+                return
+            if errors & MOVED:
+                self._coordinators.pop((GROUP_COORDINATOR, group_id), None)
+            raise_for_offsets(errors - {CONCURRENT_TRANSACTIONS}, membership)
+            await asyncio.sleep(_RETRY_S)
+
+    async def _add_offsets(self, group_id: str) -> None:
+        """AddOffsetsToTxn: the transaction will write its markers to the group's offsets."""
+        producer_id, epoch = self._producer_ids()
+        request = AddOffsetsToTxnRequest(self.transactional_id, producer_id, epoch, group_id)
+        while True:
+            response = await self._coordinator(TXN_COORDINATOR, self.transactional_id, request)
+            if response.error_code == 0:
+                return
+            raise_unless_retriable(response.error_code, "AddOffsetsToTxn")
+            await asyncio.sleep(_RETRY_S)
+
+    async def _coordinator(self, kind: int, key: str, request: Any) -> Any:
+        client = self._coordinator_client()
+        node = self._coordinators.get((kind, key))
+        if node is None:
+            node = self._coordinators[(kind, key)] = await client.coordinator_lookup(kind, key)
+        try:
+            response = await client.send(node, request)
+        except Exception:
+            self._coordinators.pop((kind, key), None)
+            raise
+        if getattr(response, "error_code", 0) in MOVED:
+            self._coordinators.pop((kind, key), None)
+        return response
+
+
+def raise_unless_retriable(error: int, request: str) -> None:
+    """Raise what a coordinator's error code means, unless asking again may succeed."""
+    if error in (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED):
+        raise ProducerFenced()
+    if error not in RETRIABLE and error != CONCURRENT_TRANSACTIONS:
+        raise CommitFailedError(f"{request} failed: {for_code(error).__name__} ({error})")
+
+
+class KafkaTxnProducer(CoordinatorRequests):
     def __init__(self, kafka: KafkaSettings, transactional_id: str, timeout_ms: int) -> None:
+        super().__init__()
         self.transactional_id = transactional_id
         self._producer: AIOKafkaProducer = transactional_producer(
             kafka, transactional_id, transaction_timeout_ms=timeout_ms
         )
         self._partitioner = DefaultPartitioner()
         self._partitions: dict[str, list[int]] = {}
-        self._coordinators: dict[tuple[int, str], int] = {}
 
     async def start(self) -> None:
         await self._producer.start()
@@ -273,80 +355,23 @@ class KafkaTxnProducer:
             )
         return sent
 
-    async def commit_offsets(
-        self,
-        group_id: str,
-        membership: Membership,
-        offsets: Mapping[TopicPartition, OffsetAndMetadata],
-    ) -> None:
-        await self.add_group(group_id)
-        manager = self._producer._txn_manager
-        request = GroupTxnOffsetCommit(
-            transactional_id=self.transactional_id,
-            group_id=group_id,
-            producer_id=manager.producer_id,
-            producer_epoch=manager.producer_epoch,
-            membership=membership,
-            offsets=offsets,
-        )
-        await commit_in_transaction(
-            lambda: self._send(GROUP_COORDINATOR, group_id, request),
-            membership,
-            lambda: self._coordinators.pop((GROUP_COORDINATOR, group_id), None),
-        )
-
     async def add_group(self, group_id: str) -> None:
-        manager = self._producer._txn_manager
-        await self._add_offsets(group_id, manager.producer_id, manager.producer_epoch)
+        await self._add_offsets(group_id)
         # aiokafka then ends the transaction with EndTxn even when no record was sent.
-        manager.consumer_group_added(group_id)
+        self._producer._txn_manager.consumer_group_added(group_id)
 
-    async def _add_offsets(self, group_id: str, producer_id: int, epoch: int) -> None:
-        """AddOffsetsToTxn: the transaction will write its markers to the group's offsets."""
-        request = AddOffsetsToTxnRequest(self.transactional_id, producer_id, epoch, group_id)
-        while True:
-            error = (await self._send(TXN_COORDINATOR, self.transactional_id, request)).error_code
-            if error == 0:
-                return
-            if error in MOVED:
-                self._coordinators.pop((TXN_COORDINATOR, self.transactional_id), None)
-            elif error == INVALID_PRODUCER_EPOCH:
-                raise ProducerFenced()
-            elif error not in RETRIABLE and error != CONCURRENT_TRANSACTIONS:
-                raise CommitFailedError(f"adding the offsets to the transaction failed: {error}")
-            await asyncio.sleep(_RETRY_S)
+    def _coordinator_client(self) -> AIOKafkaClient:
+        return self._producer.client
 
-    async def _send(self, kind: int, key: str, request: Any) -> Any:
-        client = self._producer.client
-        node = self._coordinators.get((kind, key))
-        if node is None:
-            node = self._coordinators[(kind, key)] = await client.coordinator_lookup(kind, key)
-        try:
-            return await client.send(node, request)
-        except Exception:
-            self._coordinators.pop((kind, key), None)
-            raise
+    def _producer_ids(self) -> tuple[int, int]:
+        manager = self._producer._txn_manager
+        return manager.producer_id, manager.producer_epoch
 
     async def commit(self) -> None:
         await self._producer.commit_transaction()
 
     async def abort(self) -> None:
         await self._producer.abort_transaction()
-
-
-async def commit_in_transaction(
-    send: Callable[[], Awaitable[Any]], membership: Membership, moved: Callable[[], object]
-) -> None:
-    """Send a TxnOffsetCommit until the group coordinator takes every offset; raise what a
-    refusal means. ``moved`` forgets the coordinator when it answers that it is not one."""
-    while True:
-        errors = set(partition_errors(await send()).values()) - {0}
-        if not errors:
-            return
-        if errors & MOVED:
-            moved()
-        raise_for_offsets(errors - {CONCURRENT_TRANSACTIONS}, membership)
-        await asyncio.sleep(_RETRY_S)
 
 
 def raise_for_offsets(errors: set[int], membership: Membership) -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -35,31 +35,26 @@ from aiokafka import errors as kafka_errors
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError, ProducerFenced
 from aiokafka.partitioner import DefaultPartitioner
-from aiokafka.protocol.transaction import AddOffsetsToTxnRequest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
-from aiokafka.structs import OffsetAndMetadata
 
 from service.runtime.clients import connection_options
 from service.runtime.transport import (
     CONCURRENT_TRANSACTIONS,
-    GROUP_COORDINATOR,
     INVALID_PRODUCER_EPOCH,
-    MOVED,
-    RETRIABLE,
+    PRODUCER_FENCED,
     TXN_COORDINATOR,
     CommitFailedError,
+    CoordinatorRequests,
     Delivery,
-    commit_in_transaction,
     discard,
+    raise_unless_retriable,
 )
-from service.runtime.txn_offset_commit import GroupTxnOffsetCommit, Membership
 from service.runtime.txn_v2_requests import EndTxn, InitProducerId, TxnProduce, produced
 from service.runtime.work import OutRecord
 from service.settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
 
-PRODUCER_FENCED = 90
 INVALID_TXN_STATE = 48
 FENCED = frozenset({INVALID_PRODUCER_EPOCH, PRODUCER_FENCED})
 RESEND = frozenset({3, 5, 6, 7, 13, 19, 20, 56, CONCURRENT_TRANSACTIONS})
@@ -67,7 +62,6 @@ RESEND = frozenset({3, 5, 6, 7, 13, 19, 20, 56, CONCURRENT_TRANSACTIONS})
 NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT, NETWORK_EXCEPTION, NOT_ENOUGH_REPLICAS(_AFTER_APPEND),
 KAFKA_STORAGE_ERROR, CONCURRENT_TRANSACTIONS (the previous commit's markers are being written)."""
 LEADER_MOVED = frozenset({3, 5, 6, 13, 56})
-COORDINATOR_RETRY = RETRIABLE | {CONCURRENT_TRANSACTIONS}
 BATCH_BYTES = 256 * 1024
 RESEND_S = 0.005
 """Wait before resending after an answer; markers being written take a millisecond or two."""
@@ -88,10 +82,11 @@ class UnsupportedBrokerError(CommitFailedError):
         )
 
 
-class KafkaTxnV2Producer:
+class KafkaTxnV2Producer(CoordinatorRequests):
     """:class:`~service.runtime.transport.TxnProducer` on transactions version 2."""
 
     def __init__(self, kafka: KafkaSettings, transactional_id: str, timeout_ms: int) -> None:
+        super().__init__()
         self.transactional_id = transactional_id
         self._timeout_ms = timeout_ms
         self._request_timeout_ms = kafka.request_timeout_ms
@@ -109,7 +104,6 @@ class KafkaTxnV2Producer:
         self._last_flush: asyncio.Task[None] | None = None
         self._partitioner = DefaultPartitioner()
         self._partitions: dict[str, list[int]] = {}
-        self._coordinators: dict[tuple[int, str], int] = {}
 
     async def start(self) -> None:
         await self._client.bootstrap()
@@ -123,7 +117,7 @@ class KafkaTxnV2Producer:
                 self._producer_id = response.producer_id
                 self._epoch = response.producer_epoch
                 return
-            self._raise_unless_retriable(response.error_code, "InitProducerId")
+            raise_unless_retriable(response.error_code, "InitProducerId")
             await asyncio.sleep(RESEND_S)
 
     async def close(self) -> None:
@@ -167,36 +161,7 @@ class KafkaTxnV2Producer:
         """AddOffsetsToTxn: the transaction's markers also go to the group's offsets partition
         (see ``txn_v2_requests.py`` for why a transaction of version 2 still sends it)."""
         self._written = True
-        request = AddOffsetsToTxnRequest(
-            self.transactional_id, self._producer_id, self._epoch, group_id
-        )
-        while True:
-            response = await self._coordinator(TXN_COORDINATOR, self.transactional_id, request)
-            if response.error_code == 0:
-                return
-            self._raise_unless_retriable(response.error_code, "AddOffsetsToTxn")
-            await asyncio.sleep(RESEND_S)
-
-    async def commit_offsets(
-        self,
-        group_id: str,
-        membership: Membership,
-        offsets: Mapping[TopicPartition, OffsetAndMetadata],
-    ) -> None:
-        await self.add_group(group_id)
-        request = GroupTxnOffsetCommit(
-            transactional_id=self.transactional_id,
-            group_id=group_id,
-            producer_id=self._producer_id,
-            producer_epoch=self._epoch,
-            membership=membership,
-            offsets=offsets,
-        )
-        await commit_in_transaction(
-            lambda: self._coordinator(GROUP_COORDINATOR, group_id, request),
-            membership,
-            lambda: self._coordinators.pop((GROUP_COORDINATOR, group_id), None),
-        )
+        await self._add_offsets(group_id)
 
     async def commit(self) -> None:
         if self._flushes:
@@ -219,7 +184,7 @@ class KafkaTxnV2Producer:
             response = await self._coordinator(TXN_COORDINATOR, self.transactional_id, request)
             if response.error_code == 0:
                 break
-            self._raise_unless_retriable(response.error_code, "EndTxn")
+            raise_unless_retriable(response.error_code, "EndTxn")
             await asyncio.sleep(RESEND_S)
         self._producer_id = response.producer_id
         self._epoch = response.producer_epoch
@@ -353,32 +318,16 @@ class KafkaTxnV2Producer:
         raise kafka_errors.UnknownTopicOrPartitionError(topic)
 
     async def _coordinator(self, kind: int, key: str, request: Any) -> Any:
-        """Send to the coordinator of ``key``, looked up once and again only after it moved."""
-        node = self._coordinators.get((kind, key))
-        if node is None:
-            node = self._coordinators[(kind, key)] = await self._client.coordinator_lookup(
-                kind, key
-            )
         try:
-            response = await self._client.send(node, request)
+            return await super()._coordinator(kind, key, request)
         except NotImplementedError as exc:
             raise UnsupportedBrokerError(str(exc)) from exc
-        except Exception:
-            self._coordinators.pop((kind, key), None)
-            raise
-        error = getattr(response, "error_code", 0)
-        if error in MOVED:
-            self._coordinators.pop((kind, key), None)
-        return response
 
-    @staticmethod
-    def _raise_unless_retriable(error: int, request: str) -> None:
-        if error in FENCED:
-            raise ProducerFenced()
-        if error not in COORDINATOR_RETRY:
-            raise CommitFailedError(
-                f"{request} failed: {kafka_errors.for_code(error).__name__} ({error})"
-            )
+    def _coordinator_client(self) -> AIOKafkaClient:
+        return self._client
+
+    def _producer_ids(self) -> tuple[int, int]:
+        return self._producer_id, self._epoch
 
 
 def _produce_error(error: int, tp: TopicPartition) -> Exception:

@@ -75,6 +75,15 @@ async def _offsets(producer: KafkaTxnV2Producer, topic: str, *values: bytes) -> 
     return [await offset for offset, _ in deliveries]
 
 
+async def _committed_once_materialized(member: AIOKafkaConsumer, tp: TopicPartition) -> int | None:
+    """The group's offset of ``tp`` once the commit markers reached the offsets partition
+    (EndTxn returns before the coordinator has written them)."""
+    async with asyncio.timeout(10):
+        while (offset := await member.committed(tp)) is None:
+            await asyncio.sleep(0.05)
+    return offset
+
+
 async def test_a_commit_is_visible_whole_in_order_and_an_abort_never(
     setup: Setup, producer: KafkaTxnV2Producer
 ) -> None:
@@ -188,7 +197,7 @@ async def test_offsets_commit_under_the_current_membership_only(
         await _offsets(producer, setup.results, b"with offsets")
         await producer.commit_offsets(group, current, {tp: OffsetAndMetadata(9, "tx")})
         await producer.commit()
-        assert (await member.committed(tp)) == 9
+        assert await _committed_once_materialized(member, tp) == 9
     finally:
         await member.stop()
     assert await setup.visible(setup.results) == [b"with offsets"]
