@@ -8,13 +8,20 @@ answered exactly once."""
 
 from __future__ import annotations
 
-import os
 import signal
 from collections import Counter
 
 import pytest
 
-from tests.support.runtime_harness import Client, Cluster, invoke, services, unique, wait_for
+from tests.support.runtime_harness import (
+    Client,
+    Cluster,
+    invoke,
+    services,
+    transaction_streams,
+    unique,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.faults, pytest.mark.timeout(180)]
 
@@ -57,7 +64,7 @@ async def test_a_zombie_stopped_before_its_end_txn_commits_nothing(cluster: Clus
     )
     seqs = [e["seq"] for e in client.events if e["session_id"] == session]
     assert len(seqs) == len(set(seqs))
-    if os.environ.get("CAIRN_RUNTIME__TRANSACTION_STREAMS") == "instance":
+    if transaction_streams() == "instance":
         # The successor fenced the producer the unstable offsets named instead of waiting out
         # its transaction (with a producer per partition, the successor's own start fences it).
         assert successor.log_count("fencing the producer") >= 1, successor.text()[-3000:]

@@ -33,6 +33,7 @@ import orjson
 import pytest
 import pytest_asyncio
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import (
     KafkaConnectionError,
     KafkaError,
@@ -40,7 +41,6 @@ from aiokafka.errors import (
 )
 
 from service.runtime.clients import connection_options
-from service.runtime.runtime import partition_transactional_id
 from service.settings import GroupSettings, KafkaSettings
 from tests.support.own_broker import LOCAL_KAFKA_DIR, OwnBroker, own_broker
 from tests.support.runtime_harness import (
@@ -136,6 +136,17 @@ async def cluster(secured: Secured, tmp_path: Path) -> AsyncIterator[Cluster]:
 def _service(secured: Secured, cluster: Cluster, name: str, listener: str) -> ServiceProcess:
     env = service_env(secured.settings(SERVICE_USER, listener))
     return cluster.start(name, **env)
+
+
+async def _offsets_writer(options: dict[str, Any], cluster: Cluster, partition: int) -> str:
+    """The transactional id the group's committed offsets of ``partition`` name."""
+    admin = AIOKafkaAdminClient(**options)
+    await admin.start()
+    try:
+        committed = await admin.list_consumer_group_offsets(cluster.group)
+    finally:
+        await admin.close()
+    return committed[TopicPartition(cluster.topics.commands, partition)].metadata
 
 
 async def _metrics(proc: ServiceProcess) -> str:
@@ -269,9 +280,11 @@ async def test_a_transaction_left_open_is_repaired_with_the_documented_acls(
             partition = (await client.result(hello["command_id"], alive=first))["_partition"]
         assert await first.terminate() == 0, first.text()[-3000:]
 
-        # Batches of the partition's producer that no marker will end, as a lost commit leaves.
-        writer = partition_transactional_id(GroupSettings(group_id=cluster.group), partition)
+        # Batches of the previous owner's producer (the one its committed offsets name: the
+        # partition's, or the instance's with one stream per instance) that no marker will
+        # end, as a lost commit leaves.
         admin = connection_options(secured.admin)
+        writer = await _offsets_writer(admin, cluster, partition)
         for topic, body in (
             (cluster.topics.results, {"session_id": session, "command_id": unique("lost")}),
             (cluster.topics.events, {"session_id": session, "seq": 1_000_000}),

@@ -32,7 +32,7 @@ from service.agent.state import SessionState
 from service.runtime.clients import connection_options
 from service.runtime.topics import create_topics
 from service.sessions.store import SessionStore, StoredSession
-from service.settings import KafkaSettings, TopicSettings
+from service.settings import KafkaSettings, RuntimeSettings, TopicSettings
 
 REPO = Path(__file__).resolve().parents[2]
 _counter = itertools.count()
@@ -40,6 +40,13 @@ _counter = itertools.count()
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def transaction_streams() -> str:
+    """The ``runtime.transaction_streams`` the services a test starts run with (they inherit
+    the environment)."""
+    default = RuntimeSettings().transaction_streams
+    return os.environ.get("CAIRN_RUNTIME__TRANSACTION_STREAMS", default)
 
 
 @dataclass
