@@ -285,6 +285,7 @@ async def test_a_transaction_left_open_is_repaired_with_the_documented_acls(
         # end, as a lost commit leaves.
         admin = connection_options(secured.admin)
         writer = await _offsets_writer(admin, cluster, partition)
+        assert writer, "the committed offsets name no producer"
         for topic, body in (
             (cluster.topics.results, {"session_id": session, "command_id": unique("lost")}),
             (cluster.topics.events, {"session_id": session, "seq": 1_000_000}),
