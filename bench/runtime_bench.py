@@ -538,6 +538,9 @@ async def bench(
                 proc.kill()
         with contextlib.suppress(Exception):
             await driver.stop()
+        # A broker kept between runs (CAIRN_TEST_BOOTSTRAP) slows down with every run's
+        # partitions left on it.
+        await cluster.delete_topics()
     return report
 
 

@@ -11,12 +11,14 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import for_code
+
+from tests.support.runtime_harness import delete_topics
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -114,10 +116,16 @@ def _has_leaders(topic: Mapping[str, object], partitions: int) -> bool:
 
 
 @pytest.fixture
-def kafka_topics(kafka_bootstrap: str) -> CreateTopics:
-    """`await kafka_topics("a", "b", partitions=3, config={...})` creates topics on the broker."""
+async def kafka_topics(kafka_bootstrap: str) -> AsyncIterator[CreateTopics]:
+    """`await kafka_topics("a", "b", partitions=3, config={...})` creates topics on the broker;
+    they are deleted after the test."""
+    created: list[str] = []
 
     async def create(*names: str, **options: object) -> list[str]:
+        created.extend(names)
         return await create_topics(kafka_bootstrap, *names, **options)  # type: ignore[arg-type]
 
-    return create
+    yield create
+    if created:
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap, request_timeout_ms=10_000)
+        await delete_topics(admin, created)

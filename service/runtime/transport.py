@@ -263,11 +263,16 @@ class CoordinatorRequests:
         """AddOffsetsToTxn: the transaction will write its markers to the group's offsets."""
         producer_id, epoch = self._producer_ids()
         request = AddOffsetsToTxnRequest(self.transactional_id, producer_id, epoch, group_id)
+        await self._until_done(request, "AddOffsetsToTxn")
+
+    async def _until_done(self, request: Any, name: str) -> Any:
+        """Send ``request`` to the transaction coordinator until it succeeds (retriable errors
+        are sent again after a short pause, others raised); its response."""
         while True:
             response = await self._coordinator(TXN_COORDINATOR, self.transactional_id, request)
             if response.error_code == 0:
-                return
-            raise_unless_retriable(response.error_code, "AddOffsetsToTxn")
+                return response
+            raise_unless_retriable(response.error_code, name)
             await asyncio.sleep(_RETRY_S)
 
     async def _coordinator(self, kind: int, key: str, request: Any) -> Any:

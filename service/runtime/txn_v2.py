@@ -42,12 +42,10 @@ from service.runtime.transport import (
     CONCURRENT_TRANSACTIONS,
     INVALID_PRODUCER_EPOCH,
     PRODUCER_FENCED,
-    TXN_COORDINATOR,
     CommitFailedError,
     CoordinatorRequests,
     Delivery,
     discard,
-    raise_unless_retriable,
 )
 from service.runtime.txn_v2_requests import EndTxn, InitProducerId, TxnProduce, produced
 from service.runtime.work import OutRecord
@@ -107,18 +105,10 @@ class KafkaTxnV2Producer(CoordinatorRequests):
 
     async def start(self) -> None:
         await self._client.bootstrap()
-        while True:
-            response = await self._coordinator(
-                TXN_COORDINATOR,
-                self.transactional_id,
-                InitProducerId(self.transactional_id, self._timeout_ms),
-            )
-            if response.error_code == 0:
-                self._producer_id = response.producer_id
-                self._epoch = response.producer_epoch
-                return
-            raise_unless_retriable(response.error_code, "InitProducerId")
-            await asyncio.sleep(RESEND_S)
+        request = InitProducerId(self.transactional_id, self._timeout_ms)
+        response = await self._until_done(request, "InitProducerId")
+        self._producer_id = response.producer_id
+        self._epoch = response.producer_epoch
 
     async def close(self) -> None:
         self._drop_sends(CommitFailedError("the producer was closed"))
@@ -180,12 +170,7 @@ class KafkaTxnV2Producer(CoordinatorRequests):
             self._sequences.clear()
             return
         request = EndTxn(self.transactional_id, self._producer_id, self._epoch, committed=committed)
-        while True:
-            response = await self._coordinator(TXN_COORDINATOR, self.transactional_id, request)
-            if response.error_code == 0:
-                break
-            raise_unless_retriable(response.error_code, "EndTxn")
-            await asyncio.sleep(RESEND_S)
+        response = await self._until_done(request, "EndTxn")
         self._producer_id = response.producer_id
         self._epoch = response.producer_epoch
         self._sequences.clear()

@@ -20,3 +20,4 @@ async def cluster(kafka_bootstrap: str, tmp_path: Path) -> AsyncIterator[Cluster
     created = Cluster(kafka_bootstrap, tmp_path)
     await created.create_topics()
     yield created
+    await created.delete_topics()

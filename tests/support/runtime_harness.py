@@ -26,11 +26,12 @@ import aiohttp
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.agent.state import SessionState
-from service.runtime.clients import connection_options
-from service.runtime.topics import create_topics
+from service.runtime.clients import admin, connection_options
+from service.runtime.topics import create_topics, topic_specs
 from service.sessions.store import SessionStore, StoredSession
 from service.settings import KafkaSettings, RuntimeSettings, TopicSettings
 
@@ -94,6 +95,9 @@ class Cluster:
 
     async def create_topics(self) -> None:
         await create_topics(self.kafka, self.topics)
+
+    async def delete_topics(self) -> None:
+        await delete_topics(admin(self.kafka), [spec.name for spec in topic_specs(self.topics)])
 
     def env(self, **extra: str) -> dict[str, str]:
         topics = self.topics
@@ -178,6 +182,19 @@ async def last_stored_session(cluster: Cluster, session_id: str) -> StoredSessio
     stored = store.get(session_id)
     assert stored is not None, f"no committed state of {session_id}"
     return stored
+
+
+async def delete_topics(client: AIOKafkaAdminClient, names: list[str]) -> None:
+    """Remove a test's topics. The suite shares one broker, and every partition left behind is
+    one more for it to carry (log files, metrics, metadata) through every later test. Best
+    effort: a test may leave the broker stopped or the topics gone."""
+    try:
+        await asyncio.wait_for(client.start(), 10)
+        await asyncio.wait_for(client.delete_topics(names, timeout_ms=10_000), 15)
+    except (KafkaError, OSError, TimeoutError) as exc:
+        print(f"topics {names} not deleted: {exc!r}", file=sys.stderr)
+    finally:
+        await client.close()
 
 
 async def create_topics_raw(bootstrap: str, counts: dict[str, int]) -> None:

@@ -87,10 +87,13 @@ async def staged(
     """Fresh topics, one service process with the cancel test agents, and a client."""
     cluster = Cluster(bootstrap, workdir, partitions=partitions)
     await cluster.create_topics()
-    with services() as procs:
-        proc = cluster.start(CAIRN_AGENTS="tests.support.cancel_agents:registry", **env)
-        procs.append(proc)
-        await proc.wait_ready()
-        async with Client(cluster) as client:
-            yield Stage(cluster, proc, client)
-        assert proc.alive, proc.text()[-3000:]
+    try:
+        with services() as procs:
+            proc = cluster.start(CAIRN_AGENTS="tests.support.cancel_agents:registry", **env)
+            procs.append(proc)
+            await proc.wait_ready()
+            async with Client(cluster) as client:
+                yield Stage(cluster, proc, client)
+            assert proc.alive, proc.text()[-3000:]
+    finally:
+        await cluster.delete_topics()
