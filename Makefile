@@ -107,8 +107,13 @@ test-unit: $(INSTALLED)
 	rc=0; $(BIN)/pytest tests/unit -q $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "test-unit: no unit tests collected"; rc=0; fi; exit $$rc
 
+# The broker tier runs on TEST_WORKERS pytest-xdist workers, each with a broker of its own and
+# whole test files (their module fixtures start services once). Its tests mostly wait on the
+# broker and on service processes, so two workers take half the time on two cores.
+# TEST_WORKERS=0 runs it in this one process.
+TEST_WORKERS ?= 2
 test-rest: $(INSTALLED)
-	$(BIN)/pytest tests --ignore=tests/unit -q $(PYTEST_ARGS)
+	$(BIN)/pytest tests --ignore=tests/unit -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # ---- local kafka ------------------------------------------------------------------------------
 
