@@ -36,6 +36,7 @@ from service.runtime.records import session_key
 from service.runtime.txn_stream import CommitFailedError, GroupFencedError
 from service.runtime.work import CommandWork, InputRecord, Outcome
 from service.sessions.store import SessionStore, StoredSession
+from service.sessions.table import StoreBrokenError
 from service.sessions.writer import StateTooLargeError
 from service.settings import TopicSettings
 from service.wire.commands import CancelCommand
@@ -44,13 +45,15 @@ from service.wire.errors import ERROR_CODES, ErrorCode, WireError
 logger = logging.getLogger(__name__)
 
 NOT_THE_RECORDS = (
+    StoreBrokenError,
     CommitFailedError,
     GroupFencedError,
     InjectedCommitError,
     ProducerFenced,
     InvalidProducerEpoch,
 )
-"""Failures of the partition's commits, which restart the owner instead of answering a record."""
+"""Failures of the partition's commits and of its local store, which restart the owner instead
+of answering a record."""
 
 STATE_TOO_LARGE: ErrorCode = "limit_exceeded"
 """Error code of a command whose session state or result outgrew ``state_record_max_bytes``."""
@@ -198,6 +201,8 @@ class CommandPath:
                         exc,
                     )
                     self._fail(work, before, STATE_TOO_LARGE, str(exc))
+                except NOT_THE_RECORDS:
+                    raise
                 except Exception as exc:
                     logger.exception(
                         "session_id=<%s>, command_id=<%s> | command failed unexpectedly",

@@ -19,7 +19,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from service.runtime.clients import reader
 from service.sessions.store import event_seq_of
-from service.sessions.table import SqliteTable, StoreLockedError
+from service.sessions.table import SqliteTable, StoreBrokenError, StoreLockedError
 from service.settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
@@ -78,8 +78,18 @@ class Standby:
                         for r in records
                         if r.key
                     ]
-                    table.apply(rows, records[-1].offset + 1)
-                    table.mark_clean()
+                    try:
+                        table.apply(rows, records[-1].offset + 1)
+                        table.mark_clean()
+                    except StoreBrokenError as exc:
+                        # Removed at close; the next sync opens it afresh from the start.
+                        logger.warning(
+                            "partition=<%d>, error=<%s> | standby copy failed: rebuilding it",
+                            tp.partition,
+                            exc,
+                        )
+                        self._tables.pop(tp.partition).close()
+                        self._changed.set()
         finally:
             for table in self._tables.values():
                 table.close()

@@ -2,7 +2,9 @@
 changelog offset the table is complete up to.
 
 A SQLite table is trusted only if its last owner stopped cleanly (its last commit done): after
-a crash or a failed owner it is wiped and read again from the topic.
+a crash or a failed owner it is wiped and read again from the topic. A file SQLite cannot use
+(corrupt, or not a database) is removed on opening; one that fails while in use raises
+:class:`StoreBrokenError`, and is removed when closed.
 
 :class:`SqliteTable` is the disk-backed one the runtime uses (one SQLite file per partition, in
 WAL mode); :class:`MemoryTable` holds the same in a dict (tests, tools). Both apply a batch of
@@ -18,7 +20,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -36,6 +38,12 @@ SCHEMA = 1
 
 class StoreLockedError(RuntimeError):
     """Another process (or owner) holds the partition's local store."""
+
+
+class StoreBrokenError(RuntimeError):
+    """The local store failed to read or write (a corrupt page, a full disk): the partition's
+    owner stops without answering the command at hand, the file is removed when the table is
+    closed, and the next owner rebuilds it from the topic."""
 
 
 class Table(Protocol):
@@ -128,15 +136,49 @@ class SqliteTable:
     def __init__(self, folder: Path, *, max_age_s: float) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.folder = folder
+        self._broken = False
         self._lock = _lock(folder / "lock")
         try:
-            self._db = sqlite3.connect(folder / "store.sqlite", isolation_level=None)
+            try:
+                self._open(max_age_s)
+            except (sqlite3.DatabaseError, StoreBrokenError) as exc:
+                # A cache the topic can rebuild: a file SQLite cannot use is thrown away.
+                logger.warning(
+                    "folder=<%s>, error=<%s> | local session store unreadable: removed",
+                    folder,
+                    exc,
+                )
+                self._remove_files()
+                self._broken = False
+                self._open(max_age_s)
+        except BaseException:
+            os.close(self._lock)
+            raise
+
+    def _open(self, max_age_s: float) -> None:
+        self._db = sqlite3.connect(self.folder / "store.sqlite", isolation_level=None)
+        try:
             self._setup()
             self._position = self._trusted_position(max_age_s)
             self._set_meta("clean", 0)
         except BaseException:
-            os.close(self._lock)
+            self._db.close()
             raise
+
+    def _remove_files(self) -> None:
+        """Delete the SQLite file and its log (the folder's lock stays held)."""
+        for name in ("store.sqlite", "store.sqlite-wal", "store.sqlite-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                (self.folder / name).unlink()
+
+    @contextlib.contextmanager
+    def _io(self) -> Iterator[None]:
+        """SQLite's failures as :class:`StoreBrokenError`; the file is removed at close."""
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            self._broken = True
+            raise StoreBrokenError(f"local session store {self.folder}: {exc}") from exc
 
     def _setup(self) -> None:
         db = self._db
@@ -186,10 +228,11 @@ class SqliteTable:
     def wipe(self, reason: str) -> None:
         logger.warning("folder=<%s>, reason=<%s> | local session store wiped", self.folder, reason)
         db = self._db
-        db.execute("BEGIN")
-        db.execute("DELETE FROM kv")
-        db.execute("DELETE FROM meta")
-        db.execute("COMMIT")
+        with self._io():
+            db.execute("BEGIN")
+            db.execute("DELETE FROM kv")
+            db.execute("DELETE FROM meta")
+            db.execute("COMMIT")
         self._position = 0
 
     @property
@@ -197,27 +240,37 @@ class SqliteTable:
         return self._position
 
     def mark_clean(self) -> None:
-        """Its owner stopped cleanly, its last commit done: the next one may trust it."""
-        self._set_meta("clean", 1)
+        """Its owner stopped cleanly, its last commit done: the next one may trust it (unless
+        the file failed meanwhile: it is removed at close)."""
+        if not self._broken:
+            with self._io():
+                self._set_meta("clean", 1)
 
     def _set_meta(self, name: str, value: object) -> None:
         self._db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)", (name, value))
 
     def get(self, key: bytes) -> tuple[bytes, int] | None:
-        row = self._db.execute("SELECT value, seq FROM kv WHERE key = ?", (key,)).fetchone()
+        with self._io():
+            row = self._db.execute("SELECT value, seq FROM kv WHERE key = ?", (key,)).fetchone()
         return None if row is None else (row[0], row[1])
 
     def scan(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
         upper = prefix[:-1] + bytes([prefix[-1] + 1])
-        rows = self._db.execute(
-            "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key", (prefix, upper)
-        )
-        return [(key, value) for key, value in rows]
+        with self._io():
+            rows = self._db.execute(
+                "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key",
+                (prefix, upper),
+            )
+            return [(key, value) for key, value in rows]
 
     def apply(self, rows: Iterable[Row], position: int) -> None:
         # Only the last record of a key counts, so a batch is applied as its last record per
         # key, in two statements (far cheaper than one per record).
         last = {row[0]: row for row in rows}
+        with self._io():
+            self._apply(last, position)
+
+    def _apply(self, last: dict[bytes, Row], position: int) -> None:
         db = self._db
         db.execute("BEGIN")
         try:
@@ -247,20 +300,25 @@ class SqliteTable:
         self._position = position
 
     def heads(self) -> int:
-        row = self._db.execute("SELECT count(*) FROM kv WHERE head = 1").fetchone()
+        with self._io():
+            row = self._db.execute("SELECT count(*) FROM kv WHERE head = 1").fetchone()
         return int(row[0])
 
     def idle(self, before_ms: int, limit: int) -> list[tuple[str, int]]:
-        rows = self._db.execute(
-            "SELECT key, written_ms FROM kv WHERE head = 1 AND written_ms < ? "
-            "ORDER BY written_ms LIMIT ?",
-            (before_ms, limit),
-        )
-        return [(key.decode(), written_ms) for key, written_ms in rows]
+        with self._io():
+            rows = self._db.execute(
+                "SELECT key, written_ms FROM kv WHERE head = 1 AND written_ms < ? "
+                "ORDER BY written_ms LIMIT ?",
+                (before_ms, limit),
+            )
+            return [(key.decode(), written_ms) for key, written_ms in rows]
 
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):
             self._db.close()
+        if self._broken:
+            logger.warning("folder=<%s> | local session store failed in use: removed", self.folder)
+            self._remove_files()
         with contextlib.suppress(OSError):
             os.close(self._lock)
 

@@ -21,6 +21,7 @@ from service.runtime.txn_stream import CommitFailedError
 from service.runtime.work import CommandWork, InputRecord, Origin, Outcome
 from service.sessions.delivery import Delivery
 from service.sessions.store import SessionStore, StoredSession
+from service.sessions.table import StoreBrokenError
 from service.settings import FaultSettings, TopicSettings
 from tests.support.agents import CycleModel
 from tests.support.session_records import restored, writer_for
@@ -138,6 +139,35 @@ async def test_a_commit_failure_is_not_the_records() -> None:
     with pytest.raises(CommitFailedError):
         await t.failing(_broken(CommitFailedError("unknown outcome"))).handle(_work())
     assert t.outcomes == []
+
+
+async def test_a_failing_local_store_is_not_the_records() -> None:
+    """Answering would lose the command for a cache's fault: the owner restarts instead, on a
+    store rebuilt from the topic, and the command is read again."""
+    t = _Guarded()
+
+    with pytest.raises(StoreBrokenError):
+        await t.failing(_broken(StoreBrokenError("malformed"))).handle(_work())
+    assert t.outcomes == []
+
+
+async def test_a_local_store_failing_while_the_engine_runs_is_not_the_records() -> None:
+    t = _Guarded(SessionState(session_id="s", agent="a"))
+    reads = 0
+    read = t.store.get
+
+    def failing_once_in_the_engine(session_id: str) -> StoredSession | None:
+        nonlocal reads
+        reads += 1
+        if reads == 3:  # the first two are the command path's own, before the engine
+            raise StoreBrokenError("disk I/O error")
+        return read(session_id)
+
+    t.store.get = failing_once_in_the_engine  # type: ignore[method-assign]
+    with pytest.raises(StoreBrokenError):
+        await t.failing(lambda work, command: False).handle(_work())
+    assert reads == 3
+    assert not [o for o in t.outcomes if o.results or o.finished]
 
 
 def test_a_record_failing_before_its_session_queue_is_dead_lettered() -> None:

@@ -1,0 +1,112 @@
+"""The local store's SQLite file is a cache of the sessions topic: a file SQLite cannot use is
+removed, never trusted and never a reason for its partition to stop."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from service.sessions.table import SqliteTable, StoreBrokenError
+
+FILE = "store.sqlite"
+
+
+def _filled(folder: Path, *, clean: bool = True) -> None:
+    """A table of a few sessions whose last owner stopped cleanly (or not)."""
+    table = SqliteTable(folder, max_age_s=3600)
+    table.apply([(f"s{n}".encode(), b"x" * 3000, n, 1_000 + n) for n in range(40)], 77)
+    if clean:
+        table.mark_clean()
+    table.close()
+
+
+def _overwrite_pages_of(folder: Path, *names: str) -> None:
+    """Garbage over every page of the named tables and indexes, the rest left as it was."""
+    db = sqlite3.connect(folder / FILE)
+    page_size = db.execute("PRAGMA page_size").fetchone()[0]
+    placeholders = ",".join("?" * len(names))
+    pages = [
+        row[0]
+        for row in db.execute(f"SELECT pageno FROM dbstat WHERE name IN ({placeholders})", names)
+    ]
+    db.close()
+    assert pages, f"no pages of {names}"
+    with (folder / FILE).open("r+b") as file:
+        for page in pages:
+            file.seek((page - 1) * page_size)
+            file.write(b"\xa5" * page_size)
+
+
+def test_a_file_that_is_not_a_database_is_removed_and_the_table_starts_empty(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    tmp_path.joinpath(FILE).write_bytes(b"not sqlite at all " * 2000)
+
+    with caplog.at_level(logging.WARNING):
+        table = SqliteTable(tmp_path, max_age_s=3600)
+    assert table.position == 0 and table.heads() == 0
+    table.apply([(b"s", b"v", 1, 5)], 9)
+    assert table.get(b"s") == (b"v", 1)
+    table.mark_clean()
+    table.close()
+    assert "unreadable: removed" in caplog.text
+
+    again = SqliteTable(tmp_path, max_age_s=3600)
+    assert again.position == 9 and again.get(b"s") == (b"v", 1)
+    again.close()
+
+
+def test_a_clean_table_whose_records_are_corrupt_fails_then_is_removed_at_close(
+    tmp_path: Path,
+) -> None:
+    _filled(tmp_path)
+    _overwrite_pages_of(tmp_path, "kv", "sqlite_autoindex_kv_1", "idle")
+
+    table = SqliteTable(tmp_path, max_age_s=3600)  # its position and clean mark read fine
+    assert table.position == 77
+    with pytest.raises(StoreBrokenError, match="malformed"):
+        table.get(b"s3")
+    table.mark_clean()  # an owner stopping cleanly after the failure
+    table.close()
+
+    reopened = SqliteTable(tmp_path, max_age_s=3600)
+    assert reopened.position == 0 and reopened.heads() == 0
+    reopened.close()
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_a_corrupt_table_is_removed_on_opening_whether_or_not_it_was_clean(
+    tmp_path: Path, clean: bool
+) -> None:
+    """Unclean: the wipe on opening meets the corrupt pages. Clean: counting the sessions
+    does, with no position recorded."""
+    _filled(tmp_path, clean=clean)
+    names = ("kv", "sqlite_autoindex_kv_1", "idle") + (() if not clean else ("meta",))
+    _overwrite_pages_of(tmp_path, *names)
+
+    table = SqliteTable(tmp_path, max_age_s=3600)
+    assert table.position == 0 and table.heads() == 0
+    table.apply([(b"s", b"v", 1, 5)], 3)
+    assert table.scan(b"s") == [(b"s", b"v")]
+    table.close()
+
+
+def test_every_read_and_write_of_a_broken_file_raises_store_broken(tmp_path: Path) -> None:
+    _filled(tmp_path)
+    _overwrite_pages_of(tmp_path, "kv", "sqlite_autoindex_kv_1", "idle")
+    table = SqliteTable(tmp_path, max_age_s=3600)
+    calls = [
+        lambda: table.get(b"s1"),
+        lambda: table.scan(b"s"),
+        lambda: table.heads(),
+        lambda: table.idle(10_000, 5),
+        lambda: table.apply([(b"s1", b"y", 2, 9)], 80),
+    ]
+    for call in calls:
+        with pytest.raises(StoreBrokenError):
+            call()
+    table.close()
+    assert not tmp_path.joinpath(FILE).exists()
