@@ -538,8 +538,8 @@ async def bench(
                 proc.kill()
         with contextlib.suppress(Exception):
             await driver.stop()
-        # A broker kept between runs (CAIRN_TEST_BOOTSTRAP) slows down with every run's
-        # partitions left on it.
+        # A broker kept between runs (CAIRN_TEST_BOOTSTRAP) would otherwise carry every run's
+        # partitions into the next.
         await cluster.delete_topics()
     return report
 
