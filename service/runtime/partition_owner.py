@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,9 +37,11 @@ from service.runtime.committer import CommitObserver, Committer
 from service.runtime.control import ControlHandler
 from service.runtime.faults import FaultPoints
 from service.runtime.forks import SessionVersions
+from service.runtime.idle_expiry import expire_idle
 from service.runtime.invoker import Invoker
+from service.runtime.left_open import Held, Repairing, restore_repaired
 from service.runtime.offsets import OffsetTracker
-from service.runtime.records import event_record, parse_command
+from service.runtime.records import parse_command
 from service.runtime.restore import Sessions
 from service.runtime.session_queue import SessionQueues
 from service.runtime.standby import Standby
@@ -48,13 +49,13 @@ from service.runtime.streams import Streams
 from service.runtime.transactions import (
     SETTLE_S,
     WATCH_S,
-    resolve_open_transactions,
-    vouched,
+    find_left_open,
     watch_stable_offsets,
 )
 from service.runtime.transport import InputSource
 from service.runtime.txn_stream import CommitFailedError, GroupFencedError, TransactionStream
-from service.runtime.work import CommandWork, InputRecord, Outcome
+from service.runtime.work import CommandWork, InputRecord
+from service.sessions.store import SessionStore
 from service.sessions.table import SqliteTable
 from service.sessions.writer import SessionWriter
 from service.settings import Settings
@@ -108,6 +109,8 @@ class OwnerContext:
     """Follows the partitions not owned here; an owner takes its partition's table from it."""
     observer: CommitObserver | None = None
     metrics: Metrics = field(default_factory=Metrics)
+    held: dict[int, Held] = field(default_factory=dict)
+    """By partition: what an owner that failed decided to publish again and did not publish."""
 
 
 class _StopRequestedError(Exception):
@@ -226,12 +229,10 @@ class PartitionOwner:
             for transactional_id in sorted(writers | {stream.transactional_id}):
                 await stream.abort_as(transactional_id, partitions)
 
-        left = await resolve_open_transactions(
-            abort,
+        found = await find_left_open(
             self._ctx.sessions,
             written,
-            self._ctx.metrics,
-            keep=frozenset((self._topics.results, self._topics.events)),
+            keep=frozenset(tp.topic for tp in written),
             settle_s=SETTLE_S,
         )
         self._seek(starts)
@@ -242,8 +243,13 @@ class PartitionOwner:
             self._ctx.store_root / f"{self._topics.sessions}-{self.partition}",
             max_age_s=settings.sessions.local_max_age_s,
         )
-        store = await self._ctx.sessions.restore(
-            self.partition, self._table, cache_max_bytes=settings.sessions.cache_max_bytes
+        store, again = await restore_repaired(
+            self._ctx.sessions,
+            self._restore,
+            abort,
+            found,
+            self._ctx.held,
+            Repairing(self._topics, self.partition, self._ctx.metrics, SETTLE_S),
         )
         writer = SessionWriter(
             store,
@@ -292,7 +298,11 @@ class PartitionOwner:
         # The claim, before any work: the partition's offsets name this instance's producer from
         # now on (so a successor knows whom to fence), under this generation; what the committed
         # state says happened becomes visible before anything else.
-        await committer.claim(vouched(left, store, self._topics.results, self._topics.events))
+        await committer.claim(again)
+        self._ctx.held.pop(self.partition, None)
+        for again_record in again:
+            if again_record.topic == self._topics.sessions:
+                store.load(again_record.key, again_record.value, again_record.headers)
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(committer.run())
             tasks.create_task(
@@ -332,7 +342,17 @@ class PartitionOwner:
             )
             ttl_s = settings.sessions.idle_ttl_s
             if ttl_s is not None:
-                tasks.create_task(self._expire_idle(ttl_s, writer, committer.submit))
+                tasks.create_task(
+                    expire_idle(
+                        ttl_s,
+                        writer,
+                        committer.submit,
+                        self._queues,
+                        self._stop_requested.is_set,
+                        self._topics.events,
+                        self._ctx.metrics,
+                    )
+                )
             self._restored = True
             self._ctx.on_restored(self.partition)
             buffered, self._buffer = self._buffer, []
@@ -382,44 +402,6 @@ class PartitionOwner:
         beginnings = await self._ctx.inputs.beginning_offsets(missing) if missing else {}
         return {tp: beginnings[tp] if offset < 0 else offset for tp, (offset, _) in found.items()}
 
-    async def _expire_idle(
-        self, ttl_s: float, writer: SessionWriter, submit: Callable[[Outcome], None]
-    ) -> None:
-        """Delete, now and then, the sessions written to last more than ``ttl_s`` ago, each with
-        a ``session_expired`` event; a session with work queued or a write not yet committed
-        is left for the next round."""
-        store, queues = writer.store, self._queues
-        assert queues is not None
-        interval = min(max(ttl_s / 4, 0.5), 60.0)
-        while not self._stop_requested.is_set():
-            await asyncio.sleep(interval)
-            now_ms = int(time.time() * 1000)
-            for session_id, written_ms in store.table.idle(now_ms - int(ttl_s * 1000), 500):
-                if self._stop_requested.is_set() or queues.busy(session_id):
-                    continue
-                stored = store.get(session_id)
-                if stored is None or not stored.durable:
-                    continue
-                applied = stored.delivery.applied
-                write = writer.delete(session_id)
-                idle_s = (now_ms - written_ms) / 1000
-                event = event_record(
-                    self._topics.events,
-                    session_id,
-                    applied[-1] if applied else "expired",
-                    stored.event_seq + 1,
-                    "session_expired",
-                    {"idle_s": max(idle_s, 0.0), "records": len(write.records)},
-                )
-                submit(Outcome(records=[event], state=write))
-                self._ctx.metrics.session_expired()
-                logger.info(
-                    "session_id=<%s>, idle_s=<%.0f>, records=<%d> | idle session expired",
-                    session_id,
-                    idle_s,
-                    len(write.records),
-                )
-
     async def _drain(self) -> None:
         """Let running steps reach a commit within the grace period; the rest is abandoned.
 
@@ -450,6 +432,12 @@ class PartitionOwner:
                 "offsets committed before",
                 self.partition,
             )
+
+    async def _restore(self) -> SessionStore:
+        assert self._table is not None
+        return await self._ctx.sessions.restore(
+            self.partition, self._table, cache_max_bytes=self._ctx.settings.sessions.cache_max_bytes
+        )
 
     def _seek(self, starts: dict[TopicPartition, int]) -> None:
         """Read from the stable committed offsets (before restore); the seeks and the switch to

@@ -80,6 +80,10 @@ class Sessions(Protocol):
 
     async def read_open(self, tp: TopicPartition, start: int, end: int) -> list[OutRecord]: ...
 
+    async def partition_for(self, topic: str, session_id: str) -> int: ...
+
+    async def committed_tail(self, tp: TopicPartition, offsets: int) -> list[OutRecord]: ...
+
     async def session_records(self, session_id: str) -> dict[bytes, bytes]: ...
 
 
@@ -135,7 +139,8 @@ class SessionsReader:
             found: dict[bytes, bytes] = {}
             try:
                 tp = TopicPartition(
-                    self._topic, partition_of(session_id, await self._partitions(consumer))
+                    self._topic,
+                    partition_of(session_id, await self._partitions(consumer, self._topic)),
                 )
                 changelog = KafkaChangelog(consumer)
                 start, end = await changelog.bounds(tp)
@@ -155,13 +160,13 @@ class SessionsReader:
                 raise
             return found
 
-    async def _partitions(self, consumer: AIOKafkaConsumer) -> int:
-        partitions = consumer.partitions_for_topic(self._topic)
+    async def _partitions(self, consumer: AIOKafkaConsumer, topic: str) -> int:
+        partitions = consumer.partitions_for_topic(topic)
         if not partitions:
             await consumer.topics()
-            partitions = consumer.partitions_for_topic(self._topic)
+            partitions = consumer.partitions_for_topic(topic)
         if not partitions:
-            raise RuntimeError(f"topic {self._topic!r} has no partitions")
+            raise RuntimeError(f"topic {topic!r} has no partitions")
         return len(partitions)
 
     async def stable_and_end(
@@ -209,6 +214,33 @@ class SessionsReader:
                         )
                         for record in batches.get(tp, ())
                         if record.offset < end
+                    )
+            except Exception:
+                await self._close_all()
+                raise
+            return found
+
+    async def partition_for(self, topic: str, session_id: str) -> int:
+        """The partition of ``topic`` Kafka's default partitioner puts key ``session_id`` on."""
+        async with self._lock:
+            if self._consumer is None:
+                self._consumer = await _started(self._committed_reader())
+            return partition_of(session_id, await self._partitions(self._consumer, topic))
+
+    async def committed_tail(self, tp: TopicPartition, offsets: int) -> list[OutRecord]:
+        """The committed records among the last ``offsets`` offsets of ``tp`` before its last
+        stable offset, in log order."""
+        async with self._lock:
+            if self._consumer is None:
+                self._consumer = await _started(self._committed_reader())
+            found: list[OutRecord] = []
+            try:
+                changelog = KafkaChangelog(self._consumer)
+                start, end = await changelog.bounds(tp)
+                async for fetched in changelog.read(tp, max(start, end - offsets), end):
+                    found.extend(
+                        OutRecord(tp.topic, r.key, r.value, r.headers, tp.partition)
+                        for r in fetched
                     )
             except Exception:
                 await self._close_all()

@@ -1,10 +1,12 @@
-"""Transactions a new owner finds left open on the partitions it writes, and their repair.
+"""Transactions a new owner finds left open on the partitions it writes, and how they end.
 
-Guarantee: when :func:`resolve_open_transactions` returns, no transaction is open on the given
-partitions, so the restore that follows reads every committed record and no later commit of this
-owner can make visible a batch an earlier producer left behind. What the open batches held of
-``results`` and ``events`` is returned; :func:`vouched` keeps the part the restored session state
-says was committed, for the owner to publish again before anything else.
+Guarantee: :func:`find_left_open` names every partition whose last stable offset stays below
+its end and returns what the open batches hold, writing nothing; once :func:`end_left_open`
+returns, no transaction is open on those partitions, so a restore that follows reads every
+committed record and no later commit of this owner can make visible a batch an earlier producer
+left behind. What of the open records is published again is decided between the two, while the
+batches are still there to be found again by an owner that fails meanwhile
+(:mod:`service.runtime.left_open`).
 
 Why batches are left open: these partitions are written only by the producer of the instance
 that owns them, and the new owner waited until the input offsets were stable (the previous
@@ -16,13 +18,10 @@ Such a batch holds the partition's last stable offset back for ever, and the nex
 same producer id (markers are per producer id, whatever the epoch) would end it, so a commit of
 ours would make it visible next to the work redone since: a step and its events twice.
 
-The repair: an abort-only transaction writes to each such partition as the instance's own
+How they end: an abort-only transaction writes to each such partition as the instance's own
 producer and as the producer the partition's committed offsets name (the previous owner's; the
 offsets carry the transactional id of their writer), and the ABORT marker of the one that left
-the batches ends them unseen. Whether their transaction was committed cannot be asked of the
-coordinator any more, so the session state decides: what the committed state records as done
-(an applied command's result, events up to its event sequence number) is published again; the
-rest belongs to a step that is not committed and is redone from the last committed boundary.
+the batches ends them unseen.
 """
 
 from __future__ import annotations
@@ -30,14 +29,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
-import orjson
 from aiokafka import TopicPartition
 
 from service.observability.metrics import Metrics
 from service.runtime.work import OutRecord
-from service.sessions.store import SessionStore
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +64,7 @@ class HangingTransactionError(RuntimeError):
 
 class StuckTransactionError(RuntimeError):
     """A transaction has stayed open on a partition this owner writes for longer than any of
-    its own can last: a new owner must repair it (:func:`resolve_open_transactions`)."""
+    its own can last: a new owner must repair it (:func:`find_left_open`)."""
 
 
 WATCH_S = 5.0
@@ -119,40 +117,61 @@ Abort = Callable[[list[TopicPartition]], Awaitable[None]]
 left batches open there (the instance's own, and the one the partition's offsets name)."""
 
 
-async def resolve_open_transactions(
-    abort: Abort,
+@dataclass(slots=True)
+class LeftOpen:
+    """Transactions found left open on the partitions an owner writes."""
+
+    gaps: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
+    """Each partition with a batch left open: its (last stable offset, end)."""
+    records: list[OutRecord] = field(default_factory=list)
+    """What the open batches hold on the topics asked for, in log order by partition."""
+
+
+async def find_left_open(
     reader: OpenTransactionsReader,
     partitions: list[TopicPartition],
-    metrics: Metrics,
     *,
     keep: frozenset[str] = frozenset(),
     settle_s: float = SETTLE_S,
-) -> list[OutRecord]:
-    """Wait for open transactions on ``partitions`` to end; abort those that do not.
-
-    Returns the records the aborted batches held on the topics named in ``keep``. Raises
-    :class:`HangingTransactionError` when a transaction survives our abort (a producer id other
-    than ours left it; an operator must abort it, see docs/runtime.md); the owner then fails and
-    is re-created later, writing nothing meanwhile.
-    """
-    open_now = await _open(reader, partitions, settle_s)
-    if not open_now:
-        return []
-    left: list[OutRecord] = []
-    for tp, (stable, end) in open_now.items():
+) -> LeftOpen:
+    """The partitions of ``partitions`` whose stable offset stays below their end for
+    ``settle_s``, and what their open batches hold on the topics named in ``keep``. Writes
+    nothing: an owner that fails after it finds the same batches again."""
+    gaps = await _open(reader, partitions, settle_s)
+    found = LeftOpen(gaps)
+    for tp, (stable, end) in gaps.items():
         logger.warning(
             "topic=<%s>, partition=<%d>, stable_offset=<%d>, end_offset=<%d> | transaction "
-            "left open found, aborting it before the partition is restored",
+            "left open found",
             tp.topic,
             tp.partition,
             stable,
             end,
         )
         if tp.topic in keep:
-            left.extend(await reader.read_open(tp, stable, end))
-    await abort(list(open_now))
-    still_open = await _open(reader, list(open_now), settle_s)
-    for tp in open_now:
+            found.records.extend(await reader.read_open(tp, stable, end))
+    return found
+
+
+async def end_left_open(
+    abort: Abort,
+    reader: OpenTransactionsReader,
+    found: LeftOpen,
+    metrics: Metrics,
+    *,
+    settle_s: float = SETTLE_S,
+) -> None:
+    """Abort the batches ``found`` left open, and make sure they ended.
+
+    Raises :class:`HangingTransactionError` when a transaction survives our abort (a producer id
+    other than ours left it; an operator must abort it, see docs/runtime.md); the owner then
+    fails and is re-created later, writing nothing meanwhile.
+    """
+    if not found.gaps:
+        return
+    await abort(list(found.gaps))
+    still_open = await _open(reader, list(found.gaps), settle_s)
+    for tp in found.gaps:
         if tp not in still_open:
             metrics.hanging_transaction_aborted(tp.topic)
     if still_open:
@@ -164,43 +183,6 @@ async def resolve_open_transactions(
             f"a transaction of another producer stays open on {described}; "
             "abort it with kafka-transactions.sh (see docs/runtime.md)"
         )
-    return left
-
-
-def vouched(
-    left: list[OutRecord], store: SessionStore, results_topic: str, events_topic: str
-) -> list[OutRecord]:
-    """The records of aborted batches that the restored session state records as committed:
-    results of commands it lists as applied, events up to its event sequence number."""
-    kept: list[OutRecord] = []
-    for record in left:
-        if record.key == PROBE_KEY or record.value is None:
-            continue
-        try:
-            body = orjson.loads(record.value)
-            stored = store.get(str(body["session_id"]))
-        except (orjson.JSONDecodeError, KeyError, TypeError):
-            continue
-        if stored is None:
-            continue
-        if record.topic == results_topic:
-            command_id = body.get("command_id")
-            done = isinstance(command_id, str) and stored.delivery.answered(command_id)
-        elif record.topic == events_topic:
-            seq = body.get("seq")
-            done = isinstance(seq, int) and seq <= stored.event_seq
-        else:
-            done = False
-        if done:
-            kept.append(record)
-    if left:
-        logger.warning(
-            "records=<%d>, published_again=<%d> | records of transactions left open: those the "
-            "committed session state records are published again, the rest is redone",
-            len(left),
-            len(kept),
-        )
-    return kept
 
 
 async def _open(

@@ -10,6 +10,7 @@ and the partition must answer what follows.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -31,11 +32,13 @@ from tests.support.runtime_harness import (
 from tests.support.txn_probe import (
     VERIFICATION_OFF,
     fabricate_hanging_transaction,
+    fabricate_partial_commit,
     fabricate_pending_offsets,
     fence,
     group_offsets,
     offsets_writer,
     partition_offsets,
+    stable_and_high,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
@@ -128,6 +131,82 @@ async def test_open_results_are_published_when_the_state_vouches_for_them(
                 assert len(client.results_for(after)) == 1
             stable, end = await partition_offsets(broker.bootstrap, results)
             assert stable == end
+            assert proc.alive, proc.text()[-3000:]
+
+
+def event_value(session_id: str, command_id: str, seq: int) -> bytes:
+    return orjson.dumps(
+        {
+            "type": "text_delta",
+            "schema_version": 1,
+            "session_id": session_id,
+            "command_id": command_id,
+            "seq": seq,
+            "text": "left open",
+        }
+    )
+
+
+async def test_a_step_committed_but_on_the_sessions_topic_is_kept_not_redone(
+    tmp_path: Path,
+) -> None:
+    """A restart can drop a committed transaction's marker on some of its partitions only: the
+    step's result and events are visible, its session records are left open. The new owner
+    must keep the step (publish its session records again), not abort it and redo it: the
+    command sent again is a duplicate, and the events after it take new seqs."""
+    with own_broker(tmp_path / "kafka", VERIFICATION_OFF) as broker:
+        cluster = Cluster(broker.bootstrap, tmp_path, partitions=1)
+        await cluster.create_topics()
+        session, step, after = unique("s"), unique("c"), unique("c")
+        await answered_and_stopped(cluster, invoke(session, "hello", agent="simple"))
+
+        stored = await last_stored_session(cluster, session)
+        seq = stored.event_seq
+        state = replace(
+            stored.state,
+            messages=[
+                *stored.state.messages,
+                {"role": "user", "content": [{"text": "more"}]},
+                {"role": "assistant", "content": [{"text": "left open"}]},
+            ],
+        )
+        head = encode_state(state, stored.delivery.applying(step))
+        sessions = TopicPartition(cluster.topics.sessions, 0)
+        results = TopicPartition(cluster.topics.results, 0)
+        events = TopicPartition(cluster.topics.events, 0)
+        commands = TopicPartition(cluster.topics.commands, 0)
+        await fabricate_partial_commit(
+            broker.bootstrap,
+            await offsets_writer(broker.bootstrap, cluster.group, commands),
+            [
+                (events, session.encode(), event_value(session, step, seq + 1)),
+                (events, session.encode(), event_value(session, step, seq + 2)),
+                (results, session.encode(), result_value(session, step)),
+            ],
+            sessions,
+            [(session.encode(), head, [event_seq_header(seq + 2)])],
+        )
+        found = await stable_and_high(broker.bootstrap, [sessions, results, events])
+        assert [stable < end for stable, end in found.values()] == [True, False, False]
+
+        with services() as procs:
+            proc = cluster.start("second")
+            procs.append(proc)
+            await proc.wait_ready()
+            async with Client(cluster) as client:
+                await client.send(
+                    invoke(session, "more", agent="simple", command_id=step),
+                    invoke(session, "and now?", agent="simple", command_id=after),
+                )
+                await client.result(after, 60, alive=proc)
+                await client.caught_up()
+                assert len(client.results_for(step)) == 1
+                assert len(client.results_for(after)) == 1
+                seqs = [e["seq"] for e in client.events if e["session_id"] == session]
+                assert len(seqs) == len(set(seqs)), f"event seqs published twice: {seqs}"
+                assert min(e["seq"] for e in client.events if e["command_id"] == after) > seq + 2
+            found = await stable_and_high(broker.bootstrap, [sessions])
+            assert [stable == end for stable, end in found.values()] == [True]
             assert proc.alive, proc.text()[-3000:]
 
 

@@ -70,6 +70,8 @@ SESSIONS_CALLS = (
     "sessions.restore",
     "sessions.stable_and_end",
     "sessions.read_open",
+    "sessions.partition_for",
+    "sessions.committed_tail",
     "sessions.session_records",
 )
 CHANGELOG_CALLS = ("bounds", "batch")
@@ -185,6 +187,7 @@ class MemoryKafka:
         self.fired: list[tuple[int, str]] = []
         """(position in ``calls``, call) of every injected failure that fired."""
         self.offsets: GroupOffsets = MemoryGroupOffsets(self)
+        self.markers_lost_on: tuple[str, int] | None = None
 
     # the transport
     def producer(self, transactional_id: str) -> TxnProducer:
@@ -229,6 +232,12 @@ class MemoryKafka:
         and no InitProducerId ends them any more."""
         txn = self.open.pop(transactional_id)
         self.pending.setdefault(transactional_id, {}).update(txn.offsets)
+
+    def lose_markers_on(self, topic: str, partition: int) -> None:
+        """The next transaction committed with records on ``topic``-``partition`` loses its marker
+        there only (a broker restart, KAFKA-20734): its batch there stays open, every other
+        partition of it, and the group's offsets, commit."""
+        self.markers_lost_on = (topic, partition)
 
     def open_entries(self) -> int:
         return sum(1 for entries in self.logs.values() for e in entries if e.state == "open")
@@ -293,8 +302,15 @@ class MemoryKafka:
     def end(self, transactional_id: str, epoch: int, *, committed: bool) -> None:
         self.check_epoch(transactional_id, epoch)
         txn = self.open.pop(transactional_id, None)
-        if txn is not None:
-            self._end(txn, committed=committed)
+        if txn is None:
+            return
+        lost = self.markers_lost_on
+        if committed and lost in txn.partitions:
+            self.markers_lost_on = None
+            txn.partitions.discard(lost)
+            there = {id(entry) for entry in self.logs[lost]}
+            txn.entries = [entry for entry in txn.entries if id(entry) not in there]
+        self._end(txn, committed=committed)
 
     def _end(self, txn: Txn, *, committed: bool) -> None:
         state = "committed" if committed else "aborted"
@@ -603,6 +619,19 @@ class MemorySessions:
         return [
             OutRecord(tp.topic, e.record.key, e.record.value, list(e.record.headers), tp.partition)
             for e in self.kafka.logs[(tp.topic, tp.partition)][start:end]
+        ]
+
+    async def partition_for(self, topic: str, session_id: str) -> int:
+        await self.kafka.enter("sessions", "sessions.partition_for")
+        return zlib.crc32(session_id.encode()) % self.kafka.partitions
+
+    async def committed_tail(self, tp: TopicPartition, offsets: int) -> list[OutRecord]:
+        await self.kafka.enter("sessions", "sessions.committed_tail")
+        stable = self.kafka.stable_end(tp.topic, tp.partition)
+        return [
+            OutRecord(tp.topic, e.record.key, e.record.value, list(e.record.headers), tp.partition)
+            for e in self.kafka.logs[(tp.topic, tp.partition)][max(0, stable - offsets) : stable]
+            if e.state == "committed"
         ]
 
     async def session_records(self, session_id: str) -> dict[bytes, bytes]:

@@ -122,6 +122,37 @@ async def fabricate_hanging_transaction(
     return offset
 
 
+async def fabricate_partial_commit(
+    bootstrap: str,
+    transactional_id: str,
+    committed: list[tuple[TopicPartition, bytes, bytes]],
+    hanging: TopicPartition,
+    records: list[tuple[bytes, bytes, list[tuple[str, bytes]]]],
+) -> None:
+    """Commit a transaction of ``transactional_id`` holding ``committed`` (partition, key, value)
+    and ``records`` (key, value, headers) on ``hanging``, a partition the coordinator never
+    learns of: the commit's markers reach every partition but that one, where the batch stays
+    open. What a broker restart that drops a completed transaction's markers on some of its
+    partitions leaves (KAFKA-20734). Needs :data:`VERIFICATION_OFF`."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, transactional_id=transactional_id, request_timeout_ms=10_000
+    )
+    await producer.start()
+    try:
+        await producer.begin_transaction()
+        for tp, key, value in committed:
+            await producer.send_and_wait(tp.topic, value, key=key, partition=tp.partition)
+        # Taken for added, so no AddPartitionsToTxn names it (see fabricate_hanging_transaction).
+        producer._txn_manager._txn_partitions.add(hanging)
+        for key, value, headers in records:
+            await producer.send_and_wait(
+                hanging.topic, value, key=key, partition=hanging.partition, headers=headers
+            )
+        await producer.commit_transaction()
+    finally:
+        await producer.stop()
+
+
 async def fabricate_pending_offsets(
     bootstrap: str, transactional_id: str, group: str, tp: TopicPartition, offset: int
 ) -> None:

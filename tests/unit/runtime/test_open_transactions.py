@@ -4,23 +4,20 @@ from __future__ import annotations
 
 import asyncio
 
-import orjson
 import pytest
 from aiokafka import TopicPartition
 
-from service.agent.state import SessionState
 from service.observability.metrics import Metrics
 from service.runtime.transactions import (
-    PROBE_KEY,
+    Abort,
     HangingTransactionError,
+    OpenTransactionsReader,
     StuckTransactionError,
-    resolve_open_transactions,
-    vouched,
+    end_left_open,
+    find_left_open,
     watch_stable_offsets,
 )
 from service.runtime.work import OutRecord
-from service.sessions.delivery import Delivery
-from service.sessions.store import SessionStore, StoredSession
 
 SESSIONS = TopicPartition("t.sessions", 3)
 RESULTS = TopicPartition("t.results", 3)
@@ -70,6 +67,21 @@ class Aborts:
         self.offsets.aborted()
 
 
+async def resolve(
+    abort: Abort,
+    reader: OpenTransactionsReader,
+    partitions: list[TopicPartition],
+    metrics: Metrics,
+    *,
+    keep: frozenset[str] = frozenset(),
+    settle_s: float = 1.0,
+) -> list[OutRecord]:
+    """Find what is left open, then end it, as a new owner does (with its restore between)."""
+    found = await find_left_open(reader, partitions, keep=keep, settle_s=settle_s)
+    await end_left_open(abort, reader, found, metrics, settle_s=settle_s)
+    return found.records
+
+
 def counted(metrics: Metrics, topic: str) -> float:
     value = metrics.registry.get_sample_value(
         "cairn_hanging_transactions_aborted_total", {"topic": topic}
@@ -80,7 +92,7 @@ def counted(metrics: Metrics, topic: str) -> float:
 async def test_no_gap_writes_nothing() -> None:
     offsets = Offsets({}, abort_closes=True)
     aborts = Aborts(offsets)
-    await resolve_open_transactions(aborts, offsets, [SESSIONS, RESULTS], Metrics())
+    await resolve(aborts, offsets, [SESSIONS, RESULTS], Metrics())
     assert aborts.calls == []
     assert offsets.lookups == 1
 
@@ -88,7 +100,7 @@ async def test_no_gap_writes_nothing() -> None:
 async def test_a_gap_that_closes_by_itself_is_waited_for() -> None:
     offsets = Offsets({SESSIONS: 3}, abort_closes=True)
     aborts = Aborts(offsets)
-    await resolve_open_transactions(
+    await resolve(
         aborts,
         offsets,
         [SESSIONS, RESULTS],
@@ -102,7 +114,7 @@ async def test_a_hanging_transaction_is_aborted_on_its_partition_only() -> None:
     offsets = Offsets({SESSIONS: -1}, abort_closes=True)
     aborts = Aborts(offsets)
     metrics = Metrics()
-    left = await resolve_open_transactions(
+    left = await resolve(
         aborts,
         offsets,
         [SESSIONS, RESULTS],
@@ -121,7 +133,7 @@ async def test_a_gap_our_abort_cannot_end_stops_the_owner() -> None:
     aborts = Aborts(offsets)
     metrics = Metrics()
     with pytest.raises(HangingTransactionError, match=r"t\.results-3"):
-        await resolve_open_transactions(
+        await resolve(
             aborts,
             offsets,
             [SESSIONS, RESULTS],
@@ -130,32 +142,6 @@ async def test_a_gap_our_abort_cannot_end_stops_the_owner() -> None:
         )
     assert aborts.calls == [[RESULTS]]
     assert counted(metrics, RESULTS.topic) == 0
-
-
-def test_only_what_the_committed_state_records_is_published_again() -> None:
-    store = SessionStore()
-    state = SessionState(session_id="s1", agent="a")
-    store.put("s1", StoredSession(state, event_seq=7, delivery=Delivery(applied=("done",))))
-
-    def result(session: str, command: str) -> OutRecord:
-        body = {"type": "agent_result", "session_id": session, "command_id": command}
-        return OutRecord("t.results", session.encode(), orjson.dumps(body))
-
-    def event(session: str, seq: int) -> OutRecord:
-        body = {"type": "tool_started", "session_id": session, "seq": seq}
-        return OutRecord("t.events", session.encode(), orjson.dumps(body))
-
-    left = [
-        result("s1", "done"),
-        result("s1", "redone"),
-        result("unknown", "done"),
-        event("s1", 7),
-        event("s1", 8),
-        OutRecord("t.results", PROBE_KEY, None),
-        OutRecord("t.results", b"s1", b"not json"),
-    ]
-    kept = vouched(left, store, "t.results", "t.events")
-    assert kept == [left[0], left[3]]
 
 
 class Series:

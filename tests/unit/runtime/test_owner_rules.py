@@ -9,24 +9,17 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from aiokafka import TopicPartition
 from aiokafka.errors import KafkaConnectionError, ProducerFenced
 from aiokafka.structs import OffsetAndMetadata
 
-from service.agent.definition import AgentDefinition
-from service.agent.provider import ModelChunk, ModelRequest
-from service.runtime import partition_owner, transactions
-from service.runtime.consumer_loop import ConsumerLoop
-from service.runtime.faults import FaultPoints
-from service.runtime.partition_owner import InFlight, OwnerContext, OwnerExit, PartitionOwner
+from service.runtime import partition_owner
+from service.runtime.partition_owner import OwnerExit
 from service.runtime.restore import Sessions
-from service.runtime.streams import InstanceStream
 from service.runtime.transport import (
     GroupFencedError,
     GroupOffsets,
@@ -34,165 +27,35 @@ from service.runtime.transport import (
     Transport,
     TxnProducer,
 )
-from service.runtime.txn_stream import TransactionStream
 from service.runtime.work import InputRecord, Origin, OutRecord
-from service.settings import Settings
-from tests.support.agents import CycleModel
 from tests.support.memory_kafka import (
     Entry,
-    MemoryInput,
     MemoryKafka,
-    MemorySessions,
     assert_every_call_failed,
+)
+from tests.support.owner_harness import (
+    COMMANDS_0,
+    CONTROL_0,
+    GROUP,
+    OLD,
+    OURS,
+    TOPICS,
+    Instance,
+    answered,
+    command,
+    committed,
+    first,
+    put,
+    shorten_waits,
+    until,
 )
 
 pytestmark = pytest.mark.timeout(60)
 
-SETTINGS = Settings()
-TOPICS = SETTINGS.topics
-GROUP = SETTINGS.group.group_id
-OURS, OLD = f"{GROUP}-a", f"{GROUP}-old"
-COMMANDS_0 = TopicPartition(TOPICS.commands, 0)
-CONTROL_0 = TopicPartition(TOPICS.control, 0)
-
-
-class GatedModel(CycleModel):
-    """Answers once ``gate`` is set."""
-
-    def __init__(self) -> None:
-        super().__init__(0)
-        self.gate = asyncio.Event()
-        self.waiting = 0
-
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
-        self.waiting += 1
-        await self.gate.wait()
-        async for chunk in super().stream(request):
-            yield chunk
-
 
 @pytest.fixture(autouse=True)
 def short_waits(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The waits for stable offsets and open transactions, shortened (their length is a broker
-    matter; what is tested is what happens after them)."""
-    monkeypatch.setattr(partition_owner, "SETTLE_S", 0.02)
-    monkeypatch.setattr(partition_owner, "_STABLE_POLL_S", 0.002)
-    monkeypatch.setattr(transactions, "_POLL_S", 0.002)
-
-
-class Instance:
-    """One instance on the in-memory Kafka: its input, its stream, its loop, and owners made on
-    demand (as the runtime makes them) for partition 0."""
-
-    def __init__(self, kafka: MemoryKafka, root: Path) -> None:
-        self.kafka = kafka
-        self.gated = GatedModel()
-        runtime = SETTINGS.runtime.model_copy(
-            update={"transaction_timeout_ms": 3_000, "commit_timeout_s": 2.0}
-        )
-        self.settings = SETTINGS.model_copy(update={"runtime": runtime})
-        self.input = MemoryInput(kafka)
-        self.input.assign([COMMANDS_0, CONTROL_0])
-        self.sessions = MemorySessions(kafka, TOPICS.sessions)
-        self.stream = TransactionStream(
-            transport=kafka,
-            transactional_id=OURS,
-            group_id=GROUP,
-            sessions_topic=TOPICS.sessions,
-            membership=kafka.membership,
-            timeout_s=2.0,
-            faults=FaultPoints(self.settings.faults),
-        )
-        self.inflight = InFlight(1_000)
-        self.ctx = OwnerContext(
-            settings=self.settings,
-            agents={
-                "simple": AgentDefinition(name="simple", model=CycleModel(0)),
-                "gated": AgentDefinition(name="gated", model=self.gated),
-            },
-            inputs=self.input,
-            streams=InstanceStream(self.stream),
-            inflight=self.inflight,
-            faults=FaultPoints(self.settings.faults),
-            on_restored=lambda partition: None,
-            sessions=self.sessions,
-            store_root=root,
-        )
-        self.owners: dict[int, PartitionOwner] = {}
-        self.loop = ConsumerLoop(self.input, self.owners, self.inflight, max_records=50)
-        self._tasks: list[asyncio.Task[None]] = []
-
-    async def __aenter__(self) -> Instance:
-        await self.stream.start()
-        self._tasks = [
-            asyncio.create_task(self.stream.run()),
-            asyncio.create_task(self.loop.run()),
-        ]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.loop.stop()
-        for task in self._tasks:
-            if task is not self._tasks[1]:
-                task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.stream.close()
-
-    def owner(self) -> tuple[PartitionOwner, asyncio.Task[OwnerExit]]:
-        owner = self.owners[0] = PartitionOwner(0, self.ctx)
-        return owner, asyncio.create_task(owner.run())
-
-    async def stop(
-        self, owner: PartitionOwner, task: asyncio.Task[OwnerExit], grace_s: float = 1.0
-    ) -> OwnerExit:
-        owner.request_stop(grace_s)
-        async with asyncio.timeout(10):
-            exit_ = await task
-        self.owners.pop(0, None)
-        assert self.inflight.count == 0, "what the owner took and did not finish is released"
-        return exit_
-
-
-def command(index: int, *, agent: str = "simple", sessions: int = 2) -> dict[str, Any]:
-    return {
-        "type": "invoke",
-        "schema_version": 1,
-        "command_id": f"c{index}",
-        "session_id": f"s{index % sessions}",
-        "agent": agent,
-        "prompt": "hi",
-    }
-
-
-def put(kafka: MemoryKafka, *bodies: dict[str, Any]) -> None:
-    for body in bodies:
-        kafka.append(TOPICS.commands, 0, body["session_id"].encode(), orjson.dumps(body))
-
-
-def answered(kafka: MemoryKafka) -> Counter[str]:
-    """Visible results by command id."""
-    return Counter(
-        orjson.loads(value)["command_id"]
-        for value in kafka.visible(TOPICS.results)
-        if value is not None
-    )
-
-
-def committed(kafka: MemoryKafka) -> int:
-    return kafka.committed.get(COMMANDS_0, (-1, ""))[0]
-
-
-async def until(condition: Callable[[], bool], what: str, timeout: float = 10) -> None:
-    try:
-        async with asyncio.timeout(timeout):
-            while not condition():
-                await asyncio.sleep(0.002)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
-
-
-def first(kafka: MemoryKafka, owner: str, call: str) -> int:
-    return kafka.calls.index((owner, call))
+    shorten_waits(monkeypatch)
 
 
 async def test_a_new_owner_seeks_restores_and_claims_before_any_work(tmp_path: Path) -> None:
@@ -268,8 +131,10 @@ async def test_a_takeover_fences_the_writer_the_offsets_name_and_ends_what_it_le
     # Released (fenced, then an abort with the group's offsets), then the repair's abort.
     aborts = [i for i, call in enumerate(kafka.calls) if call == (OLD, "abort")]
     assert first(kafka, OLD, "add_group") < aborts[0] < first(kafka, "input", "input.seek")
-    assert first(kafka, "sessions", "sessions.read_open") < aborts[-1]
-    assert aborts[-1] < first(kafka, "sessions", "sessions.restore")
+    # What was left open is read and the partition restored up to it, then it is aborted and
+    # the partition restored past it.
+    restores = [i for i, call in enumerate(kafka.calls) if call == ("sessions", "sessions.restore")]
+    assert first(kafka, "sessions", "sessions.read_open") < restores[0] < aborts[-1] < restores[1]
 
 
 async def test_a_transaction_that_ends_within_the_settle_time_is_waited_for_not_fenced(
@@ -568,5 +433,9 @@ def test_every_call_of_the_owner_failed_in_a_test_above(request: pytest.FixtureR
         GroupOffsets,
         Sessions,
         InputSource,
-        elsewhere={f"InputSource.{c.removeprefix('input.')}": "the loop's" for c in LOOP_CALLS},
+        elsewhere={
+            **{f"InputSource.{c.removeprefix('input.')}": "the loop's" for c in LOOP_CALLS},
+            "Sessions.partition_for": "test_owner_left_open.py",
+            "Sessions.committed_tail": "test_owner_left_open.py",
+        },
     )

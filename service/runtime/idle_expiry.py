@@ -1,0 +1,68 @@
+"""Deleting the sessions of a partition nobody wrote to for longer than ``sessions.idle_ttl_s``.
+
+Guarantee: a session is deleted only when it has no work queued and its last write is
+committed; the deletion (its tombstones) and its ``session_expired`` event go through the
+partition's committer like any other write, so they are committed together or not at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from service.observability.metrics import Metrics
+from service.runtime.records import event_record
+from service.runtime.session_queue import SessionQueues
+from service.runtime.work import Outcome
+from service.sessions.writer import SessionWriter
+
+logger = logging.getLogger(__name__)
+
+_BATCH = 500
+"""Idle sessions looked at per round."""
+
+
+async def expire_idle(
+    ttl_s: float,
+    writer: SessionWriter,
+    submit: Callable[[Outcome], None],
+    queues: SessionQueues,
+    stopping: Callable[[], bool],
+    events_topic: str,
+    metrics: Metrics,
+) -> None:
+    """Delete, now and then, the sessions written to last more than ``ttl_s`` ago, each with
+    a ``session_expired`` event; a session with work queued or a write not yet committed
+    is left for the next round. Returns once ``stopping()`` is true."""
+    store = writer.store
+    interval = min(max(ttl_s / 4, 0.5), 60.0)
+    while not stopping():
+        await asyncio.sleep(interval)
+        now_ms = int(time.time() * 1000)
+        for session_id, written_ms in store.table.idle(now_ms - int(ttl_s * 1000), _BATCH):
+            if stopping() or queues.busy(session_id):
+                continue
+            stored = store.get(session_id)
+            if stored is None or not stored.durable:
+                continue
+            applied = stored.delivery.applied
+            write = writer.delete(session_id)
+            idle_s = (now_ms - written_ms) / 1000
+            event = event_record(
+                events_topic,
+                session_id,
+                applied[-1] if applied else "expired",
+                stored.event_seq + 1,
+                "session_expired",
+                {"idle_s": max(idle_s, 0.0), "records": len(write.records)},
+            )
+            submit(Outcome(records=[event], state=write))
+            metrics.session_expired()
+            logger.info(
+                "session_id=<%s>, idle_s=<%.0f>, records=<%d> | idle session expired",
+                session_id,
+                idle_s,
+                len(write.records),
+            )
