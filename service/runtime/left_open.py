@@ -27,6 +27,7 @@ between (docs/runtime.md, "Across broker restarts").
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeGuard
@@ -147,6 +148,15 @@ async def restore_repaired(
         return store, []
     held[partition] = kept
     return store, kept.records
+
+
+def published(again: list[OutRecord], store: SessionStore, sessions_topic: str) -> None:
+    """Once the records :func:`restore_repaired` returned are committed: the session records
+    among them into ``store``, written now (as a commit's own are)."""
+    now_ms = int(time.time() * 1000)
+    for record in again:
+        if record.topic == sessions_topic:
+            store.load(record.key, record.value, record.headers, now_ms)
 
 
 async def published_again(

@@ -39,7 +39,7 @@ from service.runtime.faults import FaultPoints
 from service.runtime.forks import SessionVersions
 from service.runtime.idle_expiry import expire_idle
 from service.runtime.invoker import Invoker
-from service.runtime.left_open import Held, Repairing, restore_repaired
+from service.runtime.left_open import Held, Repairing, published, restore_repaired
 from service.runtime.offsets import OffsetTracker
 from service.runtime.records import parse_command
 from service.runtime.restore import Sessions
@@ -300,9 +300,7 @@ class PartitionOwner:
         # state says happened becomes visible before anything else.
         await committer.claim(again)
         self._ctx.held.pop(self.partition, None)
-        for again_record in again:
-            if again_record.topic == self._topics.sessions:
-                store.load(again_record.key, again_record.value, again_record.headers)
+        published(again, store, self._topics.sessions)
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(committer.run())
             tasks.create_task(

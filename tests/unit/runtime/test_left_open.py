@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +16,7 @@ from service.runtime.left_open import (
     Done,
     Held,
     Repairing,
+    published,
     published_again,
     restore_repaired,
     vouched,
@@ -255,3 +257,16 @@ async def test_held_records_are_published_only_over_what_they_were_held_at(
     assert held[PARTITION + 1].records == s.committed
     if end - 10 >= 0 and end != 10:
         assert reader.asked == [("t.sessions", end - 10)]
+
+
+def test_records_published_again_are_the_sessions_state_written_now() -> None:
+    s = steps()
+    store = s.restored
+    assert store.get("s1") is not None  # cached as restored: the load replaces it
+    published([*s.step, result("s1", "new")], store, TOPICS.sessions)
+    stored = store.get("s1")
+    assert stored is not None
+    assert (stored.event_seq, stored.delivery.applied) == (9, ("old", "new"))
+    assert len(stored.state.messages) == 2
+    # Not idle since the epoch: an idle-session expiry does not take it at once.
+    assert list(store.table.idle(int(time.time() * 1000) - 60_000, 10)) == []
