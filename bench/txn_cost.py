@@ -36,6 +36,7 @@ from service.runtime.transport import KafkaTxnProducer, TxnProducer  # noqa: E40
 from service.runtime.txn_v2 import KafkaTxnV2Producer  # noqa: E402
 from service.runtime.work import OutRecord  # noqa: E402
 from service.settings import KafkaSettings  # noqa: E402
+from tests.support.runtime_harness import delete_topics  # noqa: E402
 
 RequestTimes = dict[str, list[float]]
 
@@ -99,6 +100,19 @@ async def bench(args: argparse.Namespace, bootstrap: str, broker_pid: int | None
         await admin.create_topics([NewTopic(topic, 1, 1) for topic in topics])
     finally:
         await admin.close()
+    try:
+        return await _measured(args, bootstrap, broker_pid, run_id, topics)
+    finally:
+        await delete_topics(AIOKafkaAdminClient(bootstrap_servers=bootstrap), topics)
+
+
+async def _measured(
+    args: argparse.Namespace,
+    bootstrap: str,
+    broker_pid: int | None,
+    run_id: str,
+    topics: list[str],
+) -> dict[str, Any]:
     kafka = KafkaSettings(bootstrap_servers=bootstrap)
     make = KafkaTxnV2Producer if args.transactions_version == 2 else KafkaTxnProducer
     producer: TxnProducer = make(kafka, f"txn-cost-{run_id}", 30_000)

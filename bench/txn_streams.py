@@ -35,6 +35,7 @@ sys.path.insert(0, str(REPO))
 from bench.runtime_bench import broker, cpu_seconds  # noqa: E402
 from service.runtime.clients import transactional_producer  # noqa: E402
 from service.settings import KafkaSettings  # noqa: E402
+from tests.support.runtime_harness import delete_topics  # noqa: E402
 
 KINDS = ("results", "events", "sessions", "commands")
 
@@ -117,6 +118,19 @@ async def bench(args: argparse.Namespace, bootstrap: str, broker_pid: int | None
         await admin.create_topics([NewTopic(t, args.partitions, 1) for t in topics.values()])
     finally:
         await admin.close()
+    try:
+        return await _measured(args, bootstrap, broker_pid, run_id, topics)
+    finally:
+        await delete_topics(AIOKafkaAdminClient(bootstrap_servers=bootstrap), list(topics.values()))
+
+
+async def _measured(
+    args: argparse.Namespace,
+    bootstrap: str,
+    broker_pid: int | None,
+    run_id: str,
+    topics: dict[str, str],
+) -> dict[str, Any]:
     kafka = KafkaSettings(bootstrap_servers=bootstrap)
     partitions = list(range(args.partitions))
     report: dict[str, Any] = {

@@ -86,7 +86,8 @@ class Held:
     batches they were decided from are ended until its first commit publishes them: an owner
     failing in between (its restore or claim refused) leaves nothing on the topics to decide
     from again, so the next owner of the partition on this instance publishes these, as long
-    as the sessions partition still ends where it ended then (no owner wrote it since)."""
+    as no record was committed on the sessions partition past ``sessions_end`` (no owner
+    served it since)."""
 
     sessions_end: int
     records: list[OutRecord]

@@ -49,6 +49,11 @@ class Standby:
         self._wanted |= set(partitions)
         self._changed.set()
 
+    def position(self, partition: int) -> int | None:
+        """The changelog offset the copy of ``partition`` has reached (None while not open)."""
+        table = self._tables.get(partition)
+        return None if table is None else table.position
+
     async def release(self, partition: int) -> None:
         """Stop following ``partition`` and close its table, for its owner to open."""
         self._wanted.discard(partition)
