@@ -111,8 +111,8 @@ test-unit: $(INSTALLED)
 # whole test files (their module fixtures start services once). Its tests mostly wait on the
 # broker and on service processes, so two workers take half the time on two cores.
 # TEST_WORKERS=0 runs it in this one process. ALONE runs after the rest, with the machine to
-# itself, as it always ran: on two workers its broker restarts met a defect not repaired yet
-# (docs/runtime.md, "Across broker restarts").
+# itself, as it always ran: on two workers its four broker restarts take longer, and once met
+# a defect since repaired (docs/runtime.md, "Across broker restarts").
 TEST_WORKERS ?= 2
 ALONE := tests/faults/test_broker_restart.py
 test-rest: $(INSTALLED)
