@@ -39,6 +39,7 @@ from tests.support.txn_probe import (
     offsets_writer,
     partition_offsets,
     stable_and_high,
+    stable_group_offset,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
@@ -272,9 +273,7 @@ async def test_offsets_left_pending_by_lost_markers_are_released_and_the_partiti
 
         commands = TopicPartition(cluster.topics.commands, 0)
         writer = await offsets_writer(broker.bootstrap, cluster.group, commands)
-        [(committed, _, _)] = (
-            await group_offsets(broker.bootstrap, cluster.group, [commands], require_stable=True)
-        ).values()
+        committed = await stable_group_offset(broker.bootstrap, cluster.group, commands)
         await fabricate_pending_offsets(
             broker.bootstrap, writer, cluster.group, commands, committed + 5
         )
@@ -299,7 +298,4 @@ async def test_offsets_left_pending_by_lost_markers_are_released_and_the_partiti
                 assert len(client.results_for(after["command_id"])) == 1
             assert await proc.terminate() == 0, proc.text()[-3000:]
         # The released offsets went back to the last commit, the drain's moved them past both.
-        [(offset, _, error)] = (
-            await group_offsets(broker.bootstrap, cluster.group, [commands], require_stable=True)
-        ).values()
-        assert error == 0 and offset == committed + 1
+        assert await stable_group_offset(broker.bootstrap, cluster.group, commands) == committed + 1

@@ -20,7 +20,7 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
-from service.runtime.offset_fetch import StableOffsetFetch, fetched_all
+from service.runtime.offset_fetch import UNSTABLE_OFFSET_COMMIT, StableOffsetFetch, fetched_all
 from service.runtime.transport import GROUP_COORDINATOR
 from service.runtime.txn_offset_commit import (
     NO_GENERATION,
@@ -217,6 +217,24 @@ async def group_offsets(
         return fetched_all(await client.send(node, request))
     finally:
         await client.close()
+
+
+async def stable_group_offset(
+    bootstrap: str, group: str, tp: TopicPartition, timeout: float = 10.0
+) -> int:
+    """The group's committed offset of ``tp`` once stable: the coordinator answers EndTxn once
+    the outcome is in its log and writes the markers after, so right after a commit the offsets
+    can still be pending for a moment."""
+    deadline = time.monotonic() + timeout
+    while True:
+        [(offset, _, error)] = (
+            await group_offsets(bootstrap, group, [tp], require_stable=True)
+        ).values()
+        if error == 0:
+            return offset
+        assert error == UNSTABLE_OFFSET_COMMIT, f"{tp}: offset fetch error {error}"
+        assert time.monotonic() < deadline, f"{tp}: offsets still pending after {timeout}s"
+        await asyncio.sleep(0.05)
 
 
 async def offsets_writer(bootstrap: str, group: str, tp: TopicPartition) -> str:
