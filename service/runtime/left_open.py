@@ -126,8 +126,11 @@ async def restore_repaired(
     partition, topics = repairing.partition, repairing.topics
     sessions = TopicPartition(topics.sessions, partition)
     store = await restore()
-    kept = held.pop(partition, None)
+    kept = held.get(partition)
     if found.gaps:
+        # Batches left open now (a claim of ours that failed and was not aborted, say) are
+        # decided afresh: they hold what was kept, or supersede it.
+        held.pop(partition, None)
         again = await published_again(found.records, store, reader, topics, partition)
         await end_left_open(abort, reader, found, repairing.metrics, settle_s=repairing.settle_s)
         if again:
@@ -136,19 +139,20 @@ async def restore_repaired(
         return await restore(), again
     if kept is None:
         return store, []
+    # A failed read leaves them held: the next owner looks again.
     stable, end = (await reader.stable_and_end([sessions]))[sessions]
-    if stable != end or end < kept.sessions_end:
-        return store, []
-    if await reader.committed_tail(sessions, end - kept.sessions_end):
-        logger.warning(
-            "partition=<%d>, records=<%d> | records held to publish again are dropped: the "
-            "sessions partition was written since",
-            partition,
-            len(kept.records),
-        )
-        return store, []
-    held[partition] = kept
-    return store, kept.records
+    if stable == end >= kept.sessions_end and not await reader.committed_tail(
+        sessions, end - kept.sessions_end
+    ):
+        return store, kept.records
+    logger.warning(
+        "partition=<%d>, records=<%d> | records held to publish again are dropped: the "
+        "sessions partition was written since",
+        partition,
+        len(kept.records),
+    )
+    del held[partition]
+    return store, []
 
 
 def published(again: list[OutRecord], store: SessionStore, sessions_topic: str) -> None:

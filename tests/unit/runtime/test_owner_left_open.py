@@ -29,7 +29,7 @@ pytestmark = pytest.mark.timeout(60)
 
 FAILURES = [
     *(
-        pytest.param((call, 0), id=call)
+        pytest.param([(call, 0)], id=call)
         for call in (
             "sessions.read_open",
             "sessions.restore",
@@ -37,11 +37,13 @@ FAILURES = [
             "sessions.committed_tail",
         )
     ),
-    pytest.param(("sessions.restore", 1), id="restore-after-the-abort"),
-    pytest.param(("commit", 0), id="claim"),
+    pytest.param([("sessions.restore", 1)], id="restore-after-the-abort"),
+    pytest.param([("commit", 0)], id="claim"),
+    pytest.param([("commit", 0), ("sessions.committed_tail", 1)], id="claim-then-the-held-check"),
 ]
-"""Where the first new owner fails: before the open batch is ended (nothing changed, the next
-owner decides again), or after (the instance holds the decision for the next owner)."""
+"""Where new owners fail, one after the other (a call and how many of it pass first): before
+the open batch is ended (nothing changed, the next owner decides again), or after (the instance
+holds the decision until an owner publishes it)."""
 
 
 @pytest.fixture(autouse=True)
@@ -70,12 +72,14 @@ async def a_step_left_open(kafka: MemoryKafka, instance: Instance) -> None:
     assert kafka.open_entries() > 0
 
 
-async def serve_again(kafka: MemoryKafka, instance: Instance, fail: tuple[str, int] | None) -> None:
-    """A new owner (after one that failed at the call ``fail`` names, the n-th from its start,
-    if given) serves c2 again and c4, both of s0."""
-    if fail is not None:
-        call, after = fail
+async def serve_again(
+    kafka: MemoryKafka, instance: Instance, failures: list[tuple[str, int]]
+) -> None:
+    """New owners, one failing at each of ``failures`` (a call, the n-th from the first new
+    owner's start), then one that serves c2 again and c4, both of s0."""
+    for call, after in failures:
         kafka.fail(call, KafkaConnectionError(f"{call} failed"), after=after)
+    for _ in failures:
         owner, task = instance.owner()
         assert await task is OwnerExit.FAILED
         instance.owners.pop(0)
@@ -86,15 +90,15 @@ async def serve_again(kafka: MemoryKafka, instance: Instance, fail: tuple[str, i
     assert await instance.stop(owner, task) is OwnerExit.STOPPED
 
 
-@pytest.mark.parametrize("fail", [None, *FAILURES])
+@pytest.mark.parametrize("failures", [[], *FAILURES])
 async def test_a_step_committed_but_on_sessions_is_kept_not_redone(
-    tmp_path: Path, fail: tuple[str, int] | None
+    tmp_path: Path, failures: list[tuple[str, int]]
 ) -> None:
     kafka = MemoryKafka()
     async with Instance(kafka, tmp_path) as instance:
         await a_step_left_open(kafka, instance)
         seqs = event_seqs(kafka, "s0")
-        await serve_again(kafka, instance, fail)
+        await serve_again(kafka, instance, failures)
     assert kafka.open_entries() == 0
     # c2 is applied in the state: sent again, it is a duplicate, not a second answer.
     assert answered(kafka) == Counter({"c0": 1, "c2": 1, "c4": 1})
