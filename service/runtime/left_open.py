@@ -283,7 +283,10 @@ async def _visible_elsewhere(
     ):
         return True
     return bool(commands) and await _seen(
-        tails, topics.results, commands, lambda body, mine: body.get("command_id") in mine
+        tails,
+        topics.results,
+        commands,
+        lambda body, mine: isinstance(body.get("command_id"), str) and body["command_id"] in mine,
     )
 
 
