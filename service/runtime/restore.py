@@ -66,9 +66,10 @@ class Changelog(Protocol):
 
 
 class Sessions(Protocol):
-    """What a partition owner reads of the sessions topic: its restore, the transactions left
-    open on the partitions it writes, and the records of a fork's source session
-    (``SessionsReader``; an in-memory one in the unit tests)."""
+    """What a partition owner reads besides its input: the restore of its sessions partition,
+    the transactions left open on the partitions it writes and the committed records at the end
+    of ``results`` and ``events`` (its start's repair), and the records of a fork's source
+    session (``SessionsReader``; an in-memory one in the unit tests)."""
 
     async def restore(
         self, partition: int, table: Table, *, cache_max_bytes: int
