@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable
 
@@ -65,7 +66,9 @@ class Committer:
         """The input offsets as last committed: what a share carries when they must not move."""
         self._interval_s = interval_s
         self._offsets_every_s = offsets_every_s
-        self._offsets_committed_at = 0.0
+        self._offsets_committed_at = -math.inf
+        """When offsets last joined a commit (monotonic; never: the first commit carries them,
+        however young the host's clock)."""
         self._offsets_lagging = False
         self._observer = observer
         self._on_finished = on_finished
@@ -112,7 +115,7 @@ class Committer:
 
     async def run(self) -> None:
         """Commit forever; raises :class:`CommitFailedError` (or a fencing error) on failure."""
-        last_start = 0.0
+        last_start = -math.inf
         while True:
             if self._offsets_lagging:
                 # Idle with offsets behind: an offsets-only commit follows after the interval.
