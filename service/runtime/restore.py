@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.partitioner import murmur2
 
 from service.observability.metrics import Metrics
 from service.runtime.clients import reader
+from service.runtime.partitioning import keyed_partition
 from service.runtime.work import OutRecord
 from service.sessions import history
 from service.sessions.store import SessionStore, event_seq_of
@@ -102,19 +102,30 @@ class SessionsReader:
     async def restore(self, partition: int, table: Table, *, cache_max_bytes: int) -> SessionStore:
         """The partition's store over ``table``, brought up to the changelog's end."""
         async with self._lock:
-            if self._consumer is None:
-                self._consumer = await _started(self._committed_reader())
+            consumer = await self._committed()
             try:
-                records = await catch_up(
-                    KafkaChangelog(self._consumer), self._topic, partition, table
-                )
+                records = await catch_up(KafkaChangelog(consumer), self._topic, partition, table)
                 self._metrics.restored(records)
                 return SessionStore(table, cache_max_bytes=cache_max_bytes)
             except Exception:
                 # A reader in an unknown state is not reused: the next restore starts afresh.
-                consumer, self._consumer = self._consumer, None
+                self._consumer = None
                 await consumer.stop()
                 raise
+
+    async def _committed(self) -> AIOKafkaConsumer:
+        """The ``read_committed`` reader, started on first use (called under the lock)."""
+        if self._consumer is None:
+            self._consumer = await _started(self._committed_reader())
+        return self._consumer
+
+    async def _uncommitted_reader(self) -> AIOKafkaConsumer:
+        """The ``read_uncommitted`` reader, started on first use (called under the lock)."""
+        if self._uncommitted is None:
+            self._uncommitted = await _started(
+                reader(self._kafka, isolation_level="read_uncommitted")
+            )
+        return self._uncommitted
 
     def _committed_reader(self) -> AIOKafkaConsumer:
         # A restore reads up to an end it knows: a long-polling fetch only delays it. With the
@@ -134,9 +145,7 @@ class SessionsReader:
         head = session_id.encode()
         mine = history.prefix(session_id)
         async with self._lock:
-            if self._consumer is None:
-                self._consumer = await _started(self._committed_reader())
-            consumer = self._consumer
+            consumer = await self._committed()
             found: dict[bytes, bytes] = {}
             try:
                 tp = TopicPartition(
@@ -155,9 +164,8 @@ class SessionsReader:
                         else:
                             found[key] = record.value
             except Exception:
-                consumer, self._consumer = self._consumer, None
-                if consumer is not None:
-                    await consumer.stop()
+                self._consumer = None
+                await consumer.stop()
                 raise
             return found
 
@@ -176,15 +184,10 @@ class SessionsReader:
         """Each partition's last stable offset (where read_committed readers stop) and its high
         watermark; they differ while a transaction is open on the partition."""
         async with self._lock:
-            if self._consumer is None:
-                self._consumer = await _started(self._committed_reader())
-            if self._uncommitted is None:
-                self._uncommitted = await _started(
-                    reader(self._kafka, isolation_level="read_uncommitted")
-                )
+            committed, uncommitted = await self._committed(), await self._uncommitted_reader()
             try:
-                stable = await self._consumer.end_offsets(partitions)
-                end = await self._uncommitted.end_offsets(partitions)
+                stable = await committed.end_offsets(partitions)
+                end = await uncommitted.end_offsets(partitions)
             except Exception:
                 await self._close_all()
                 raise
@@ -194,11 +197,7 @@ class SessionsReader:
         """The records of ``tp`` from ``start`` to ``end``, committed or not (what a transaction
         left open there holds)."""
         async with self._lock:
-            if self._uncommitted is None:
-                self._uncommitted = await _started(
-                    reader(self._kafka, isolation_level="read_uncommitted")
-                )
-            consumer = self._uncommitted
+            consumer = await self._uncommitted_reader()
             found: list[OutRecord] = []
             try:
                 consumer.assign([tp])
@@ -216,6 +215,7 @@ class SessionsReader:
                         for record in batches.get(tp, ())
                         if record.offset < end
                     )
+                idle(consumer)
             except Exception:
                 await self._close_all()
                 raise
@@ -224,19 +224,16 @@ class SessionsReader:
     async def partition_for(self, topic: str, session_id: str) -> int:
         """The partition of ``topic`` Kafka's default partitioner puts key ``session_id`` on."""
         async with self._lock:
-            if self._consumer is None:
-                self._consumer = await _started(self._committed_reader())
-            return partition_of(session_id, await self._partitions(self._consumer, topic))
+            return partition_of(session_id, await self._partitions(await self._committed(), topic))
 
     async def committed_tail(self, tp: TopicPartition, offsets: int) -> list[OutRecord]:
         """The committed records among the last ``offsets`` offsets of ``tp`` before its last
         stable offset, in log order."""
         async with self._lock:
-            if self._consumer is None:
-                self._consumer = await _started(self._committed_reader())
+            consumer = await self._committed()
             found: list[OutRecord] = []
             try:
-                changelog = KafkaChangelog(self._consumer)
+                changelog = KafkaChangelog(consumer)
                 start, end = await changelog.bounds(tp)
                 async for fetched in changelog.read(tp, max(start, end - offsets), end):
                     found.extend(
@@ -262,8 +259,14 @@ class SessionsReader:
 
 def partition_of(session_id: str, partitions: int) -> int:
     """The partition Kafka's default partitioner puts key ``session_id`` on."""
-    hashed: int = murmur2(session_id.encode())
-    return (hashed & 0x7FFFFFFF) % partitions
+    return keyed_partition(session_id.encode(), partitions)
+
+
+def idle(consumer: AIOKafkaConsumer) -> None:
+    """Leave ``consumer`` with nothing assigned once a read is done: an assigned partition is
+    fetched from in the background for as long as it stays assigned (with a 10 ms long poll,
+    a hundred fetches a second of a partition at its end, each answered by the broker)."""
+    consumer.assign([])
 
 
 async def _started(consumer: AIOKafkaConsumer) -> AIOKafkaConsumer:
@@ -279,7 +282,6 @@ class KafkaChangelog:
 
     async def bounds(self, tp: TopicPartition) -> tuple[int, int]:
         consumer = self._consumer
-        consumer.assign([tp])
         end = (await consumer.end_offsets([tp]))[tp]
         start = (await consumer.beginning_offsets([tp]))[tp]
         return start, end
@@ -290,18 +292,21 @@ class KafkaChangelog:
         consumer = self._consumer
         consumer.assign([tp])
         consumer.seek(tp, start)
-        while await consumer.position(tp) < end:
-            # Short: when only a transaction marker is left before the end, nothing is
-            # returned, yet the position moves past it; a long wait here cost 0.5 s per
-            # restore (measured).
-            batches = await consumer.getmany(tp, timeout_ms=_POLL_MS, max_records=2_000)
-            fetched = [
-                ChangelogRecord(r.offset, r.key, r.value, list(r.headers), r.timestamp)
-                for r in batches.get(tp, ())
-                if r.offset < end
-            ]
-            if fetched:
-                yield fetched
+        try:
+            while await consumer.position(tp) < end:
+                # Short: when only a transaction marker is left before the end, nothing is
+                # returned, yet the position moves past it; a long wait here cost 0.5 s per
+                # restore (measured).
+                batches = await consumer.getmany(tp, timeout_ms=_POLL_MS, max_records=2_000)
+                fetched = [
+                    ChangelogRecord(r.offset, r.key, r.value, list(r.headers), r.timestamp)
+                    for r in batches.get(tp, ())
+                    if r.offset < end
+                ]
+                if fetched:
+                    yield fetched
+        finally:
+            idle(consumer)
 
 
 async def catch_up(changelog: Changelog, topic: str, partition: int, table: Table) -> int:

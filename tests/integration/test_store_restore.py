@@ -8,7 +8,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, TopicPartition
 
 from service.agent.state import PendingBatch, SessionState
 from service.runtime.restore import SessionsReader
@@ -114,5 +114,46 @@ async def test_a_warm_store_restores_to_the_same_records_as_an_empty_one(
         reopened = SqliteTable(tmp_path / "warm", max_age_s=3600)
         assert reopened.position == 0
         reopened.close()
+    finally:
+        await reader.close()
+
+
+async def test_no_read_leaves_a_partition_assigned(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """A reader keeps fetching an assigned partition in the background: after a restore, a
+    fork's read or the repair's reads, every partition is given back (an idle service that kept
+    one fetched it a hundred times a second)."""
+    topics = TopicSettings(
+        commands=unique("c"),
+        control=unique("k"),
+        results=unique("r"),
+        events=unique("e"),
+        sessions=unique("sessions"),
+        dlq=unique("d"),
+        partitions=1,
+    )
+    kafka = KafkaSettings(bootstrap_servers=kafka_bootstrap)
+    await create_topics(kafka, topics)
+    await _produce(kafka_bootstrap, topics.sessions, _steps(sessions=2, steps=3))
+    reader = SessionsReader(kafka, topics.sessions)
+    tp = TopicPartition(topics.sessions, 0)
+
+    def assigned() -> set[TopicPartition]:
+        readers = (reader._consumer, reader._uncommitted)  # what they fetch in the background
+        return {tp for r in readers if r is not None for tp in r.assignment()}
+
+    try:
+        table = SqliteTable(tmp_path / "store", max_age_s=3600)
+        store = await reader.restore(0, table, cache_max_bytes=1 << 20)
+        assert store.get("s1") is not None
+        assert assigned() == set()
+        assert await reader.session_records("s1")
+        assert assigned() == set()
+        assert await reader.committed_tail(tp, 100)
+        assert assigned() == set()
+        stable, end = (await reader.stable_and_end([tp]))[tp]
+        assert stable == end
+        assert await reader.read_open(tp, 0, end)
+        assert assigned() == set()
+        table.close()
     finally:
         await reader.close()
