@@ -15,10 +15,10 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.partitioner import murmur2
 
 from service.observability.tracing import TraceContext
 from service.runtime.clients import admin, plain_producer, reader
+from service.runtime.partitioning import keyed_partition
 from service.settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
@@ -32,8 +32,7 @@ class ClientError(RuntimeError):
 
 def partition_for(key: str, partitions: int) -> int:
     """The partition Kafka's default partitioner gives a key (the same as every Kafka client)."""
-    hashed: int = murmur2(key.encode())
-    return (hashed & 0x7FFFFFFF) % partitions
+    return keyed_partition(key.encode(), partitions)
 
 
 @dataclass(frozen=True, slots=True)

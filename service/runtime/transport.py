@@ -34,12 +34,12 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import ProducerFenced, for_code
-from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.protocol.transaction import AddOffsetsToTxnRequest
 from aiokafka.structs import OffsetAndMetadata
 
 from service.runtime.clients import connection_options, transactional_producer
 from service.runtime.offset_fetch import StableOffsetFetch, fetched_all
+from service.runtime.partitioning import partition_among
 from service.runtime.txn_offset_commit import GroupTxnOffsetCommit, Membership, partition_errors
 from service.runtime.work import InputRecord, Origin, OutRecord
 from service.settings import KafkaSettings
@@ -305,7 +305,6 @@ class KafkaTxnProducer(CoordinatorRequests):
         self._producer: AIOKafkaProducer = transactional_producer(
             kafka, transactional_id, transaction_timeout_ms=timeout_ms
         )
-        self._partitioner = DefaultPartitioner()
         self._partitions: dict[str, list[int]] = {}
 
     async def start(self) -> None:
@@ -326,7 +325,7 @@ class KafkaTxnProducer(CoordinatorRequests):
         if partitions is None:
             partitions = sorted(await self._producer.partitions_for(topic))
             self._partitions[topic] = partitions
-        return int(self._partitioner(key, partitions, partitions))
+        return partition_among(key, partitions)
 
     async def send(
         self, topic: str, partition: int, records: Sequence[OutRecord]

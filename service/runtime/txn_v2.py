@@ -34,10 +34,10 @@ from aiokafka import TopicPartition
 from aiokafka import errors as kafka_errors
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError, ProducerFenced
-from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from service.runtime.clients import connection_options
+from service.runtime.partitioning import partition_among
 from service.runtime.transport import (
     CONCURRENT_TRANSACTIONS,
     INVALID_PRODUCER_EPOCH,
@@ -100,7 +100,6 @@ class KafkaTxnV2Producer(CoordinatorRequests):
         self._deliveries: list[asyncio.Future[int]] = []
         self._flushes: set[asyncio.Task[None]] = set()
         self._last_flush: asyncio.Task[None] | None = None
-        self._partitioner = DefaultPartitioner()
         self._partitions: dict[str, list[int]] = {}
 
     async def start(self) -> None:
@@ -125,7 +124,7 @@ class KafkaTxnV2Producer(CoordinatorRequests):
         if partitions is None:
             partitions = sorted(await self._known_partitions(topic))
             self._partitions[topic] = partitions
-        return int(self._partitioner(key, partitions, partitions))
+        return partition_among(key, partitions)
 
     async def send(
         self, topic: str, partition: int, records: Sequence[OutRecord]
