@@ -31,6 +31,7 @@ help:
 	@echo "make bench         runtime: steps/s, e2e latency, takeover (RUNTIME_BENCH_ARGS=...)"
 	@echo "make bench-txn     what one partition commit costs: CPU and round trips (TXN_BENCH_ARGS=...)"
 	@echo "make bench-state   session state: bytes/CPU per step, restore MB/s, RSS (STATE_BENCH_ARGS=...)"
+	@echo "make bench-store   the local store's write: CPU per step, per commit or batched (STORE_BENCH_ARGS=...)"
 	@echo "make bench-compare Cairn vs LangGraph+SQLite vs LangGraph+Postgres (COMPARE_BENCH_ARGS=...)"
 	@echo "make clean         remove caches;  make distclean: also $(VENV), jars and .kafka/"
 
@@ -171,6 +172,13 @@ STATE_BENCH_ARGS ?=
 .PHONY: bench-state
 bench-state: $(INSTALLED)
 	$(BIN)/python -m bench.state_bench $(STATE_BENCH_ARGS)
+
+# The local store's write (SQLite) after every commit against batched over commits: CPU per
+# step at half load and at saturation. No broker needed.
+STORE_BENCH_ARGS ?=
+.PHONY: bench-store
+bench-store: $(INSTALLED)
+	$(BIN)/python -m bench.store_write $(STORE_BENCH_ARGS)
 
 # Cairn (as make bench) against LangGraph with its SQLite and its Postgres checkpointer on the
 # same turns: steps/s at saturation, latency per step at half load, CPU per step by process.

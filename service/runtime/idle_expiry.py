@@ -41,7 +41,7 @@ async def expire_idle(
     while not stopping():
         await asyncio.sleep(interval)
         now_ms = int(time.time() * 1000)
-        for session_id, written_ms in store.table.idle(now_ms - int(ttl_s * 1000), _BATCH):
+        for session_id, written_ms in store.idle(now_ms - int(ttl_s * 1000), _BATCH):
             if stopping() or queues.busy(session_id):
                 continue
             stored = store.get(session_id)

@@ -134,6 +134,7 @@ class PartitionOwner:
         self._grace_s = 0.0
         self._queues: SessionQueues | None = None
         self._committer: Committer | None = None
+        self._store: SessionStore | None = None
         self._control: ControlHandler | None = None
         self._cancels: CancelDesk | None = None
         self._path: CommandPath | None = None
@@ -287,6 +288,7 @@ class PartitionOwner:
             metrics=self._ctx.metrics,
         )
         self._committer = committer
+        self._store = store
         cancels = CancelDesk(
             writer=writer,
             submit=committer.submit,
@@ -406,8 +408,8 @@ class PartitionOwner:
         The last commit carries the input offsets, so the next owner starts after the last
         answered command instead of re-reading what finished since offsets last joined.
         """
-        queues, committer = self._queues, self._committer
-        assert queues is not None and committer is not None
+        queues, committer, store = self._queues, self._committer, self._store
+        assert queues is not None and committer is not None and store is not None
         queues.close()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._grace_s
@@ -423,6 +425,7 @@ class PartitionOwner:
         try:
             async with asyncio.timeout_at(max(deadline, loop.time() + _LAST_COMMIT_S)):
                 await committer.flush(final=True)
+            store.flush()  # the table holds every commit before it is called clean
             self._drained = True
         except TimeoutError:
             logger.warning(

@@ -2,13 +2,15 @@
 decoded sessions within a byte budget.
 
 The changelog is the truth; the table (on disk in production) may be wiped and rebuilt from it
-at any time. Writes reach the table only once their transaction committed (:meth:`committed`);
-until then the written session stays in the cache, which never evicts it. Everything else is
-evicted least recently used first once the cache holds more than its budget.
+at any time. Writes reach the table only once their transaction committed (:meth:`committed`),
+and then in batches of the commits of up to :data:`FLUSH_EVERY_S` (:meth:`flush`); until its
+records are in the table the written session stays in the cache, which never evicts it.
+Everything else is evicted least recently used first once the cache holds more than its budget.
 """
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -26,6 +28,14 @@ EVENT_SEQ_HEADER = "cairn-event-seq"
 
 CACHE_MAX_BYTES = 128 * 1024 * 1024
 """Default budget of decoded sessions held in memory, in bytes of their JSON."""
+
+FLUSH_EVERY_S = 0.2
+"""Committed records wait this long at most before they go into the table, in one write: a
+session rewritten meanwhile is written once, and the table's pages each once per write
+instead of once per commit (docs/runtime.md, "The local store's write")."""
+
+FLUSH_ROWS = 8192
+"""Or until this many are waiting."""
 
 
 @dataclass(slots=True)
@@ -81,6 +91,10 @@ class SessionStore:
         self._budget = cache_max_bytes
         self._versions = 0
         self._deleted: dict[str, int] = {}
+        self._pending: list[Row] = []
+        self._pending_position = 0
+        self._pending_versions: dict[str, int] = {}
+        self._flushed_at = time.monotonic()
 
     def load(
         self,
@@ -92,6 +106,7 @@ class SessionStore:
         """Apply one changelog record in log order (a ``None`` value deletes)."""
         if key is None:
             return
+        self.flush()
         self._forget(history.head_key_of(key).decode("utf-8", "replace"))
         row = (key, value, event_seq_of(headers), timestamp_ms)
         self.table.apply([row], self.table.position)
@@ -147,8 +162,24 @@ class SessionStore:
 
     def committed(self, rows: Iterable[Row], position: int, versions: dict[str, int]) -> None:
         """Records of a committed transaction, in log order, and the changelog offset after
-        them; the sessions written at ``versions`` are durable now."""
-        self.table.apply(rows, position)
+        them; the sessions written at ``versions`` are durable once they are in the table
+        (at the next :meth:`flush`, which this calls when the wait is over)."""
+        self._pending.extend(rows)
+        self._pending_position = max(self._pending_position, position)
+        self._pending_versions.update(versions)
+        if len(self._pending) >= FLUSH_ROWS or time.monotonic() - self._flushed_at >= FLUSH_EVERY_S:
+            self.flush()
+
+    def flush(self) -> None:
+        """Put the committed records that wait into the table, in one write; their sessions
+        are durable (evictable) from then on. The table raises what it fails with, and the
+        records stay waiting."""
+        self._flushed_at = time.monotonic()
+        if not self._pending and not self._pending_versions:
+            return
+        self.table.apply(self._pending, self._pending_position)
+        self._pending = []
+        versions, self._pending_versions = self._pending_versions, {}
         for session_id, version in versions.items():
             cached = self._cache.get(session_id)
             if cached is not None and cached[0].version == version:
@@ -159,10 +190,17 @@ class SessionStore:
 
     def keys_of(self, session_id: str) -> list[bytes]:
         """Every changelog key the session has records under (head last)."""
+        self.flush()
         keys = [key for key, _ in self.table.scan(history.prefix(session_id))]
         return [*keys, session_id.encode()]
 
+    def idle(self, before_ms: int, limit: int) -> list[tuple[str, int]]:
+        """Up to ``limit`` sessions last written before ``before_ms``, oldest first."""
+        self.flush()
+        return self.table.idle(before_ms, limit)
+
     def __len__(self) -> int:
+        self.flush()
         return self.table.heads()
 
     @property

@@ -27,4 +27,5 @@ def restored(outcomes: Iterable[Outcome]) -> SessionStore:
                 0,
                 {},
             )
+    store.flush()
     return store

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+import pytest
+
 from service.agent.state import SessionState
+from service.sessions import store as store_module
 from service.sessions.codec import encode_state
 from service.sessions.delivery import Delivery
 from service.sessions.store import SessionStore, StoredSession, event_seq_header
+from service.sessions.table import MemoryTable, Row, StoreBrokenError
 
 
 def test_latest_record_wins_and_a_tombstone_deletes() -> None:
@@ -33,3 +39,114 @@ def test_put_replaces_what_was_restored() -> None:
     assert got is not None
     assert (got.state.agent, got.event_seq) == ("new", 2)
     assert store.get("unknown") is None
+
+
+class _CountedTable(MemoryTable):
+    """A memory table that counts its writes and can be made to fail the next one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+        self.fail_next = False
+
+    def apply(self, rows: Iterable[Row], position: int) -> None:
+        if self.fail_next:
+            self.fail_next = False
+            raise StoreBrokenError("disk full")
+        self.writes += 1
+        super().apply(rows, position)
+
+
+def _written(store: SessionStore, session_id: str, agent: str) -> tuple[list[Row], dict[str, int]]:
+    """Put a new state of ``session_id`` and return what its commit hands the store."""
+    state = SessionState(session_id=session_id, agent=agent)
+    store.put(session_id, StoredSession(state, head_size=100))
+    stored = store.get(session_id)
+    assert stored is not None
+    value = encode_state(stored.state, Delivery())
+    return [(session_id.encode(), value, 0, 1)], {session_id: stored.version}
+
+
+def test_commits_reach_the_table_in_one_write_and_only_then_may_be_evicted() -> None:
+    table = _CountedTable()
+    store = SessionStore(table, cache_max_bytes=0)
+    for position, agent in enumerate(["a", "b", "c"], start=1):
+        store.committed(*_with_position(_written(store, "s1", agent), position))
+    rows, versions = _written(store, "s2", "x")
+    store.committed(rows, 4, versions)
+    # Committed, not yet in the table: held in memory whatever the budget.
+    assert (table.writes, table.position, table.get(b"s1")) == (0, 0, None)
+    assert store.cached_bytes > 0
+    got = store.get("s1")
+    assert got is not None and got.state.agent == "c"
+    store.flush()
+    assert (table.writes, table.position) == (1, 4)
+    assert store.cached_bytes == 0  # durable now, and over the budget: evicted
+    again = store.get("s1")
+    assert again is not None and again.state.agent == "c"
+    store.flush()
+    assert table.writes == 1  # nothing waited
+
+
+def _with_position(
+    written: tuple[list[Row], dict[str, int]], position: int
+) -> tuple[list[Row], int, dict[str, int]]:
+    return written[0], position, written[1]
+
+
+def test_a_commit_writes_the_table_once_the_wait_is_over_or_enough_rows_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    table = _CountedTable()
+    store = SessionStore(table)
+    monkeypatch.setattr(store_module, "FLUSH_EVERY_S", 0.0)
+    store.committed(*_with_position(_written(store, "s1", "a"), 1))
+    assert (table.writes, table.position) == (1, 1)
+    monkeypatch.setattr(store_module, "FLUSH_EVERY_S", 3600.0)
+    monkeypatch.setattr(store_module, "FLUSH_ROWS", 3)
+    store.committed(*_with_position(_written(store, "s1", "b"), 2))
+    store.committed(*_with_position(_written(store, "s2", "b"), 3))
+    assert table.writes == 1
+    store.committed(*_with_position(_written(store, "s3", "b"), 4))
+    assert (table.writes, table.position) == (2, 4)
+
+
+def test_what_reads_the_table_itself_sees_every_commit_first() -> None:
+    table = _CountedTable()
+    store = SessionStore(table)
+    store.committed(*_with_position(_written(store, "s1", "a"), 1))
+    assert len(store) == 1 and table.writes == 1
+    store.committed(*_with_position(_written(store, "s2", "a"), 2))
+    assert [session for session, _ in store.idle(2, 10)] == ["s1", "s2"]
+    store.committed(*_with_position(_written(store, "s3", "a"), 3))
+    assert store.keys_of("s3") == [b"s3"] and table.get(b"s3") is not None
+    # A restored record lands after what was committed before it, never under it.
+    store.committed(*_with_position(_written(store, "s4", "old"), 4))
+    store.load(b"s4", encode_state(SessionState(session_id="s4", agent="new")), [])
+    store.flush()
+    got = store.get("s4")
+    assert got is not None and got.state.agent == "new"
+
+
+def test_a_failed_write_keeps_the_records_waiting_and_the_sessions_held() -> None:
+    table = _CountedTable()
+    store = SessionStore(table, cache_max_bytes=0)
+    store.committed(*_with_position(_written(store, "s1", "a"), 1))
+    table.fail_next = True
+    with pytest.raises(StoreBrokenError):
+        store.flush()
+    assert table.get(b"s1") is None and store.cached_bytes > 0
+    store.flush()
+    assert table.position == 1 and table.get(b"s1") is not None and store.cached_bytes == 0
+
+
+def test_a_dropped_session_stays_gone_while_its_tombstones_wait() -> None:
+    table = _CountedTable()
+    store = SessionStore(table)
+    store.committed(*_with_position(_written(store, "s1", "a"), 1))
+    store.flush()
+    version = store.drop("s1")
+    store.committed([(b"s1", None, 0, 2)], 2, {"s1": version})
+    assert store.get("s1") is None and table.get(b"s1") is not None
+    store.flush()
+    assert store.get("s1") is None and table.get(b"s1") is None

@@ -51,6 +51,7 @@ class Log:
         store = SessionStore()
         rows = [(key, value, 0, 0) for key, value in self.records.items()]
         store.committed(rows, 1, {})
+        store.flush()
         return store
 
 
