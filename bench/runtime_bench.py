@@ -347,7 +347,10 @@ async def bench(
     workdir = Path(tempfile.mkdtemp(prefix="cairn-bench-"))
     cluster = Cluster(bootstrap, workdir, partitions=args.partitions)
     await cluster.create_topics()
+    stores = workdir / "stores"
+    stores.mkdir()
     env = {
+        "TMPDIR": str(stores),
         "CAIRN_TEST_TOOL_LOG": "",
         "CAIRN_TEST_MODEL_LOG": "",
         "CAIRN_LOG_LEVEL": "INFO",
@@ -541,6 +544,8 @@ async def bench(
         # A broker kept between runs (CAIRN_TEST_BOOTSTRAP) would otherwise carry every run's
         # partitions into the next.
         await cluster.delete_topics()
+        # And the killed services' session stores (hundreds of MB a run; the logs stay).
+        shutil.rmtree(stores, ignore_errors=True)
     return report
 
 

@@ -123,6 +123,9 @@ class Cluster:
             "CAIRN_LOG_LEVEL": "INFO",
             "CAIRN_TEST_TOOL_LOG": str(self.tool_log),
             "CAIRN_TEST_MODEL_LOG": str(self.model_log),
+            # A killed service leaves its scratch session store behind: in the workdir, it goes
+            # with it.
+            "TMPDIR": str(self.workdir),
         }
         env.update(extra)
         return env
