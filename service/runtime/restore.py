@@ -263,10 +263,11 @@ def partition_of(session_id: str, partitions: int) -> int:
 
 
 def idle(consumer: AIOKafkaConsumer) -> None:
-    """Leave ``consumer`` with nothing assigned once a read is done: an assigned partition is
-    fetched from in the background for as long as it stays assigned (with a 10 ms long poll,
-    a hundred fetches a second of a partition at its end, each answered by the broker)."""
-    consumer.assign([])
+    """Stop ``consumer`` fetching once a read is done: an assigned partition is fetched from in
+    the background until paused (with a 10 ms long poll, a hundred fetches a second of a
+    partition at its end, each answered by the broker). Paused rather than unassigned: a
+    consumer with nothing assigned asks the broker for the metadata of every topic."""
+    consumer.pause(*consumer.assignment())
 
 
 async def _started(consumer: AIOKafkaConsumer) -> AIOKafkaConsumer:

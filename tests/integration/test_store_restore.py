@@ -67,14 +67,8 @@ async def _produce(
         await producer.stop()
 
 
-def _rows(folder: Path) -> list[tuple[bytes, bytes, int]]:
-    with sqlite3.connect(folder / "store.sqlite") as db:
-        return list(db.execute("SELECT key, value, seq FROM kv ORDER BY key"))
-
-
-async def test_a_warm_store_restores_to_the_same_records_as_an_empty_one(
-    kafka_bootstrap: str, tmp_path: Path
-) -> None:
+async def _topics(bootstrap: str) -> tuple[TopicSettings, KafkaSettings]:
+    """Fresh topics of one partition each."""
     topics = TopicSettings(
         commands=unique("c"),
         control=unique("k"),
@@ -84,8 +78,20 @@ async def test_a_warm_store_restores_to_the_same_records_as_an_empty_one(
         dlq=unique("d"),
         partitions=1,
     )
-    kafka = KafkaSettings(bootstrap_servers=kafka_bootstrap)
+    kafka = KafkaSettings(bootstrap_servers=bootstrap)
     await create_topics(kafka, topics)
+    return topics, kafka
+
+
+def _rows(folder: Path) -> list[tuple[bytes, bytes, int]]:
+    with sqlite3.connect(folder / "store.sqlite") as db:
+        return list(db.execute("SELECT key, value, seq FROM kv ORDER BY key"))
+
+
+async def test_a_warm_store_restores_to_the_same_records_as_an_empty_one(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    topics, kafka = await _topics(kafka_bootstrap)
     records = _steps(sessions=6, steps=12)
     half = len(records) // 2
     reader = SessionsReader(kafka, topics.sessions)
@@ -118,28 +124,19 @@ async def test_a_warm_store_restores_to_the_same_records_as_an_empty_one(
         await reader.close()
 
 
-async def test_no_read_leaves_a_partition_assigned(kafka_bootstrap: str, tmp_path: Path) -> None:
+async def test_no_read_leaves_a_partition_fetched(kafka_bootstrap: str, tmp_path: Path) -> None:
     """A reader keeps fetching an assigned partition in the background: after a restore, a
-    fork's read or the repair's reads, every partition is given back (an idle service that kept
-    one fetched it a hundred times a second)."""
-    topics = TopicSettings(
-        commands=unique("c"),
-        control=unique("k"),
-        results=unique("r"),
-        events=unique("e"),
-        sessions=unique("sessions"),
-        dlq=unique("d"),
-        partitions=1,
-    )
-    kafka = KafkaSettings(bootstrap_servers=kafka_bootstrap)
-    await create_topics(kafka, topics)
+    fork's read or the repair's reads, every partition it holds is paused (an idle service that
+    kept one fetched it a hundred times a second)."""
+    topics, kafka = await _topics(kafka_bootstrap)
     await _produce(kafka_bootstrap, topics.sessions, _steps(sessions=2, steps=3))
     reader = SessionsReader(kafka, topics.sessions)
     tp = TopicPartition(topics.sessions, 0)
 
     def assigned() -> set[TopicPartition]:
-        readers = (reader._consumer, reader._uncommitted)  # what they fetch in the background
-        return {tp for r in readers if r is not None for tp in r.assignment()}
+        """What the readers fetch in the background."""
+        readers = (reader._consumer, reader._uncommitted)
+        return {tp for r in readers if r is not None for tp in r.assignment() - r.paused()}
 
     try:
         table = SqliteTable(tmp_path / "store", max_age_s=3600)
