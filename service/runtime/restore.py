@@ -28,6 +28,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from service.observability.metrics import Metrics
 from service.runtime.clients import reader
 from service.runtime.partitioning import keyed_partition
+from service.runtime.topics import partition_counts
 from service.runtime.work import OutRecord
 from service.sessions import history
 from service.sessions.store import SessionStore, event_seq_of
@@ -98,6 +99,7 @@ class SessionsReader:
         self._consumer: AIOKafkaConsumer | None = None
         self._uncommitted: AIOKafkaConsumer | None = None
         self._lock = asyncio.Lock()
+        self._counts: dict[str, int] = {}
 
     async def restore(self, partition: int, table: Table, *, cache_max_bytes: int) -> SessionStore:
         """The partition's store over ``table``, brought up to the changelog's end."""
@@ -150,7 +152,7 @@ class SessionsReader:
             try:
                 tp = TopicPartition(
                     self._topic,
-                    partition_of(session_id, await self._partitions(consumer, self._topic)),
+                    partition_of(session_id, await self._partitions(self._topic)),
                 )
                 changelog = KafkaChangelog(consumer)
                 start, end = await changelog.bounds(tp)
@@ -169,14 +171,17 @@ class SessionsReader:
                 raise
             return found
 
-    async def _partitions(self, consumer: AIOKafkaConsumer, topic: str) -> int:
-        partitions = consumer.partitions_for_topic(topic)
-        if not partitions:
-            await consumer.topics()
-            partitions = consumer.partitions_for_topic(topic)
-        if not partitions:
-            raise RuntimeError(f"topic {topic!r} has no partitions")
-        return len(partitions)
+    async def _partitions(self, topic: str) -> int:
+        """How many partitions ``topic`` has, asked of the broker once (the producers keep theirs
+        as long). Not from a reader's metadata: a consumer knows only the topics it has
+        assigned, so asking it about another one failed, and failed again at every retry."""
+        count = self._counts.get(topic)
+        if count is None:
+            count = (await partition_counts(self._kafka, [topic]))[topic]
+            if not count:
+                raise RuntimeError(f"topic {topic!r} does not exist")
+            self._counts[topic] = count
+        return count
 
     async def stable_and_end(
         self, partitions: list[TopicPartition]
@@ -224,7 +229,7 @@ class SessionsReader:
     async def partition_for(self, topic: str, session_id: str) -> int:
         """The partition of ``topic`` Kafka's default partitioner puts key ``session_id`` on."""
         async with self._lock:
-            return partition_of(session_id, await self._partitions(await self._committed(), topic))
+            return partition_of(session_id, await self._partitions(topic))
 
     async def committed_tail(self, tp: TopicPartition, offsets: int) -> list[OutRecord]:
         """The committed records among the last ``offsets`` offsets of ``tp`` before its last

@@ -124,10 +124,13 @@ async def test_a_warm_store_restores_to_the_same_records_as_an_empty_one(
         await reader.close()
 
 
-async def test_no_read_leaves_a_partition_fetched(kafka_bootstrap: str, tmp_path: Path) -> None:
-    """A reader keeps fetching an assigned partition in the background: after a restore, a
-    fork's read or the repair's reads, every partition it holds is paused (an idle service that
-    kept one fetched it a hundred times a second)."""
+async def test_reads_of_any_topic_leave_no_partition_fetched(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The repair reads topics other than the one restored; and a reader keeps fetching an
+    assigned partition in the background: after a restore, a fork's read or the repair's
+    reads, every partition it holds is paused (an idle service that kept one fetched it a
+    hundred times a second)."""
     topics, kafka = await _topics(kafka_bootstrap)
     await _produce(kafka_bootstrap, topics.sessions, _steps(sessions=2, steps=3))
     reader = SessionsReader(kafka, topics.sessions)
@@ -143,6 +146,10 @@ async def test_no_read_leaves_a_partition_fetched(kafka_bootstrap: str, tmp_path
         store = await reader.restore(0, table, cache_max_bytes=1 << 20)
         assert store.get("s1") is not None
         assert assigned() == set()
+        # Topics it never read: their partition counts come from the broker, not a reader's
+        # metadata (which knows only what it has assigned).
+        assert await reader.partition_for(topics.events, "s1") == 0
+        assert await reader.partition_for(topics.results, "s1") == 0
         assert await reader.session_records("s1")
         assert assigned() == set()
         assert await reader.committed_tail(tp, 100)
