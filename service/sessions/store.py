@@ -29,12 +29,13 @@ EVENT_SEQ_HEADER = "cairn-event-seq"
 CACHE_MAX_BYTES = 128 * 1024 * 1024
 """Default budget of decoded sessions held in memory, in bytes of their JSON."""
 
-FLUSH_EVERY_S = 0.2
+FLUSH_EVERY_S = 0.05
 """Committed records wait this long at most before they go into the table, in one write: a
 session rewritten meanwhile is written once, and the table's pages each once per write
-instead of once per commit (docs/runtime.md, "The local store's write")."""
+instead of once per commit (docs/runtime.md, "The local store's write"). Longer gains little
+more, and the write stalls the event loop for longer."""
 
-FLUSH_ROWS = 8192
+FLUSH_ROWS = 2048
 """Or until this many are waiting."""
 
 
