@@ -1,7 +1,9 @@
 """Running totals of the commits of one instance, logged at a fixed interval.
 
 Guarantee: observing a commit is O(1) and never fails; the periodic line says where commit time
-goes (transactions, batch sizes, bytes, latency) until a metrics endpoint scrapes the same.
+goes (transactions, batch sizes, bytes, latency) until a metrics endpoint scrapes the same. A
+transaction is counted once however many partitions' shares it carries: the shares report what
+they wrote (:class:`CommitReport`), the transaction stream reports each transaction's time.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class CommitReport:
-    seconds: float
+    """What one partition's commit wrote (its share of a transaction, or its whole one)."""
+
     outcomes: int
     records: int
     results: int
@@ -26,7 +29,8 @@ class CommitReport:
 
 
 class CommitStats:
-    """Aggregates :class:`CommitReport` values and logs them every ``interval_s`` seconds."""
+    """Aggregates :class:`CommitReport` values and transaction times, and logs them every
+    ``interval_s`` seconds."""
 
     def __init__(self, interval_s: float = 10.0, lag: LoopLag | None = None) -> None:
         self._interval_s = interval_s
@@ -45,14 +49,22 @@ class CommitStats:
         self._max_seconds = 0.0
 
     def __call__(self, report: CommitReport) -> None:
-        self._commits += 1
+        """A partition's commit: what it wrote."""
         self._outcomes += report.outcomes
         self._records += report.records
         self._results += report.results
         self._state_bytes += report.state_bytes
         self._states += report.states
-        self._seconds += report.seconds
-        self._max_seconds = max(self._max_seconds, report.seconds)
+        self._tick()
+
+    def transaction(self, seconds: float) -> None:
+        """A transaction committed, taking ``seconds`` from its begin to its commit."""
+        self._commits += 1
+        self._seconds += seconds
+        self._max_seconds = max(self._max_seconds, seconds)
+        self._tick()
+
+    def _tick(self) -> None:
         now = time.monotonic()
         if now - self._since >= self._interval_s:
             self._log(now)

@@ -178,13 +178,11 @@ class Committer:
         if self._always_offsets:
             self._fence = offsets
         self._offsets_served = asked
-        elapsed = time.monotonic() - started
         if self._on_finished is not None:
             self._on_finished(finished)
         if self._observer is not None:
             self._observer(
                 CommitReport(
-                    seconds=elapsed,
                     outcomes=len(batch),
                     records=len(records),
                     results=results,

@@ -25,11 +25,9 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 
 from service.agent.definition import AgentDefinition
-from service.observability.metrics import Metrics
 from service.observability.operability import Operability
 from service.runtime.clients import connection_options
-from service.runtime.commit_stats import CommitReport, CommitStats
-from service.runtime.committer import CommitObserver
+from service.runtime.commit_stats import CommitStats
 from service.runtime.consumer_loop import ConsumerLoop
 from service.runtime.faults import FaultPoints
 from service.runtime.loop_lag import LoopLag
@@ -64,7 +62,6 @@ class Runtime:
         settings: Settings,
         agents: Mapping[str, AgentDefinition],
         *,
-        observer: CommitObserver | None = None,
         operability: Operability | None = None,
         owner_factory: OwnerFactory = PartitionOwner,
         restart_backoff: Callable[[], RestartBackoff] = RestartBackoff,
@@ -73,9 +70,7 @@ class Runtime:
         self._agents = agents
         self._lag = LoopLag()
         self._ops = operability if operability is not None else Operability(port=None)
-        self._observer = _with_commit_metric(
-            observer if observer is not None else CommitStats(lag=self._lag), self._ops.metrics
-        )
+        self._stats = CommitStats(lag=self._lag)
         self._owners: dict[int, PartitionOwner] = {}
         self._owner_tasks: dict[PartitionOwner, asyncio.Task[None]] = {}
         self._backoffs: dict[int, RestartBackoff] = {}
@@ -90,6 +85,11 @@ class Runtime:
         self._ctx: OwnerContext | None = None
         self._standby: Standby | None = None
         self.inflight = InFlight(settings.runtime.max_in_flight)
+
+    def _transaction_committed(self, seconds: float) -> None:
+        """One transaction of any stream: the latency histogram and the periodic stats."""
+        self._ops.metrics.observe_commit(seconds)
+        self._stats.transaction(seconds)
 
     @property
     def ready(self) -> bool:
@@ -164,6 +164,7 @@ class Runtime:
                 timeout_s=settings.runtime.commit_timeout_s,
                 faults=faults,
                 shared=shared,
+                on_transaction=self._transaction_committed,
             )
 
         shared: TransactionStream | None = None
@@ -186,7 +187,7 @@ class Runtime:
             inflight=self.inflight,
             faults=faults,
             on_restored=self._restored,
-            observer=self._observer,
+            observer=self._stats,
             metrics=self._ops.metrics,
         )
         loop = ConsumerLoop(
@@ -393,14 +394,3 @@ def membership_of(consumer: AIOKafkaConsumer, instance_id: str | None) -> Member
     if coordinator is None or coordinator.generation < 0 or not coordinator.member_id:
         return None
     return Membership(coordinator.generation, coordinator.member_id, instance_id)
-
-
-def _with_commit_metric(observer: CommitObserver, metrics: Metrics) -> CommitObserver:
-    """``observer`` plus the commit-latency histogram, in one call per commit."""
-    observe = metrics.observe_commit
-
-    def observed(report: CommitReport) -> None:
-        observe(report.seconds)
-        observer(report)
-
-    return observed

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -89,8 +90,11 @@ class TransactionStream:
         timeout_s: float,
         faults: FaultPoints,
         shared: bool = True,
+        on_transaction: Callable[[float], None] | None = None,
     ) -> None:
         self._transport = transport
+        self._on_transaction = on_transaction
+        """Called with the seconds of each committed transaction (abort-only ones excluded)."""
         self.shared = shared
         """Shared by the partitions of an instance: every share must carry its input offsets (the
         group generation they are committed under is what fences a zombie). A stream of one
@@ -179,6 +183,7 @@ class TransactionStream:
     async def _commit(self, batch: list[Share]) -> None:
         try:
             try:
+                started = time.monotonic()
                 async with asyncio.timeout(self._timeout_s):
                     positions = await self._transact(batch)
             except TimeoutError as exc:
@@ -199,6 +204,8 @@ class TransactionStream:
             _fail(batch, exc)
             return
         self.transactions += 1
+        if self._on_transaction is not None:
+            self._on_transaction(time.monotonic() - started)
         for share in batch:
             if not share.done.done():
                 share.done.set_result(positions.get(share.partition, 0))

@@ -36,6 +36,7 @@ def make_stream(
     timeout_s: float = 5.0,
     faults: FaultSettings | None = None,
     shared: bool = True,
+    on_transaction: Callable[[float], None] | None = None,
 ) -> TransactionStream:
     return TransactionStream(
         transport=kafka,
@@ -46,6 +47,7 @@ def make_stream(
         timeout_s=timeout_s,
         faults=FaultPoints(faults or FaultSettings()),
         shared=shared,
+        on_transaction=on_transaction,
     )
 
 
@@ -92,6 +94,29 @@ async def test_shares_handed_in_together_commit_in_one_transaction(
         TopicPartition(COMMANDS, 1): (5, "g-a"),
     }
     assert [call for owner, call in kafka.calls if owner == "g-a"].count("commit") == 1
+
+
+async def test_each_committed_transaction_is_reported_once_whatever_its_shares(
+    kafka: MemoryKafka,
+) -> None:
+    reported: list[float] = []
+    running = make_stream(kafka, on_transaction=reported.append)
+    await running.start()
+    task = asyncio.create_task(running.run())
+    try:
+        await both(running)
+        assert len(reported) == 1  # two partitions' shares, one transaction
+        kafka.fail("commit", KafkaConnectionError("broker away"))
+        await both(running)
+        assert len(reported) == 1  # a failed transaction is not one committed
+        kafka.too_large.add(DLQ)
+        await both(running, second_topic=DLQ)
+        assert len(reported) == 2  # refused together, then one alone committed, one refused
+        assert all(seconds >= 0 for seconds in reported)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await running.close()
 
 
 async def test_a_share_without_offsets_is_refused(stream: TransactionStream) -> None:
