@@ -13,6 +13,7 @@ from typing import Any
 from service.agent.types import AgentResult, Limits
 from service.runtime.bad_input import fit_dead_letter
 from service.runtime.work import InputRecord, OutRecord
+from service.wire.base import MAX_ID_LENGTH
 from service.wire.codec import decode_command, encode, encode_result
 from service.wire.commands import DeleteCommand, ForkCommand, HistoryCommand
 from service.wire.dlq import dlq_headers
@@ -108,14 +109,22 @@ def parse_command(record: InputRecord, max_bytes: int = RECORD_MAX_BYTES) -> Par
     )
 
 
+LOGGED_KEY_CHARS = 2 * MAX_ID_LENGTH
+"""A key longer than this (no valid session id is) is cut short in log lines."""
+
+
 def session_key(record: InputRecord) -> str | None:
-    """The session id a record is keyed by, if its key is readable."""
+    """The session id a record is keyed by, if its key is readable, for a log line: a key of a
+    megabyte is cut to its first :data:`LOGGED_KEY_CHARS` characters."""
     if record.key is None:
         return None
     try:
-        return record.key.decode("utf-8") or None
+        key = record.key.decode("utf-8")
     except UnicodeDecodeError:
         return None
+    if len(key) > LOGGED_KEY_CHARS:
+        return f"{key[:LOGGED_KEY_CHARS]}... ({len(key)} characters)"
+    return key or None
 
 
 def result_record(

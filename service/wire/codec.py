@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import BaseModel, ValidationError
 
+from service.wire.base import MAX_ID_LENGTH
 from service.wire.commands import (
     CancelCommand,
     Command,
@@ -104,8 +105,9 @@ def _reason(issues: tuple[WireIssue, ...]) -> str:
 
 
 def _id(raw: Mapping[str, Any], name: str) -> str | None:
+    """The id ``name`` when an ``error`` result could carry it (a valid id), else None."""
     value = raw.get(name)
-    if not isinstance(value, str) or not value or "\x00" in value:
+    if not isinstance(value, str) or not value or "\x00" in value or len(value) > MAX_ID_LENGTH:
         return None
     return value
 

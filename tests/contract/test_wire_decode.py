@@ -442,6 +442,16 @@ def test_ids_are_reported_when_they_could_be_read() -> None:
     assert (missing.session_id, missing.command_id, missing.answerable) == ("s-1", None, False)
 
 
+@pytest.mark.parametrize("field", ["session_id", "command_id"])
+def test_an_id_no_result_could_carry_leaves_the_command_unanswerable(field: str) -> None:
+    longest = "x" * 256
+    error = refused(raw({**INVOKE, field: longest, "prompt": 5}))
+    assert error.answerable  # the longest valid id is read, so the refusal is answered
+    too_long = refused(raw({**INVOKE, field: longest + "x"}))
+    assert not too_long.answerable  # an error result could not carry it: dead-lettered
+    assert f"{field}: String should have at most 256 characters" in too_long.reason
+
+
 @pytest.mark.parametrize(
     ("value", "reason"),
     [

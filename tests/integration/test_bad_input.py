@@ -110,8 +110,27 @@ async def _error(stage: Stage, body: dict[str, Any], topic: str | None = None) -
         (b'{"type": "invoke", "command_id": "c1", "agent": "simple", "prompt": "x"}', None),
         (b'{"type": "invoke", "session_id": "s1", "agent": "simple", "prompt": "x"}', None),
         (None, None),
+        (
+            b'{"type": "invoke", "command_id": "c1", "agent": "simple", "prompt": "x", '
+            b'"session_id": "' + b"s" * 257 + b'"}',
+            "invalid_command",
+        ),
+        (
+            b'{"type": "invoke", "session_id": "s1", "agent": "simple", "prompt": "x", '
+            b'"command_id": "' + b"c" * 100_000 + b'"}',
+            "invalid_command",
+        ),
     ],
-    ids=["not-json", "array", "string", "no-session", "no-command-id", "tombstone"],
+    ids=[
+        "not-json",
+        "array",
+        "string",
+        "no-session",
+        "no-command-id",
+        "tombstone",
+        "session-id-too-long",
+        "command-id-too-long",
+    ],
 )
 async def test_unaddressable_command_goes_to_the_dlq(
     stage: Stage, value: bytes | None, code: str | None
@@ -128,8 +147,9 @@ async def test_unaddressable_command_goes_to_the_dlq(
         b'{"type": "cancel", "command_id": "x1"}',
         b'{"type": "cancel", "session_id": "s1"}',
         None,
+        b'{"type": "cancel", "command_id": "x1", "session_id": "' + b"s" * 300 + b'"}',
     ],
-    ids=["not-json", "no-session", "no-command-id", "tombstone"],
+    ids=["not-json", "no-session", "no-command-id", "tombstone", "session-id-too-long"],
 )
 async def test_unaddressable_control_record_goes_to_the_dlq(
     stage: Stage, value: bytes | None

@@ -6,6 +6,7 @@ store are the real ones (none of them touches Kafka).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import orjson
@@ -194,6 +195,19 @@ def test_a_decode_error_naming_no_session_is_dead_lettered_as_it_is_read(
     assert t.metrics.registry.get_sample_value(
         "cairn_dlq_records_total", {"reason": "invalid_command"}
     )
+
+
+def test_a_key_of_a_megabyte_is_cut_short_in_the_log_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    t = Harness()
+    record = InputRecord(Origin(TOPICS.commands, 0, 7), b"k" * 1_000_000, b"not json", [], 0)
+    with caplog.at_level(logging.WARNING, logger="service.runtime.command_path"):
+        t.path.undecodable(record, WireError("not a JSON object"))
+    [line] = [r.getMessage() for r in caplog.records if "sent to the dlq" in r.getMessage()]
+    assert len(line) < 1_000 and "(1000000 characters)" in line
+    [outcome] = t.outcomes
+    assert outcome.records[0].key == record.key  # the dead letter keeps the key whole
 
 
 def test_a_decode_error_naming_its_session_and_id_waits_for_its_session_queue() -> None:
