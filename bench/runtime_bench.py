@@ -259,7 +259,10 @@ class Driver:
                 await self.send(self.ready.popleft())
                 sent += 1
                 due -= 1
-            await asyncio.sleep(0.002)
+            # Until the next send is due, in ticks of 2 to 50 ms: sends due meanwhile go out
+            # together, and a slow rate costs the driver few wake-ups.
+            next_due = started + (sent + 1) / rate
+            await asyncio.sleep(min(max(0.002, next_due - time.perf_counter()), 0.05))
         window, self.window = self.window, None
         assert window is not None
         return window
