@@ -82,7 +82,10 @@ class CommandPath:
         versions: SessionVersions | None = None,
         faults: FaultPoints | None = None,
         metrics: Metrics | None = None,
+        owns: Callable[[str], bool] | None = None,
     ) -> None:
+        self._owns = owns
+        """Whether a session id belongs to this partition (``None``: every one does)."""
         self._versions = versions
         self._store = store
         self._cancels = cancels
@@ -238,9 +241,23 @@ class CommandPath:
     def undecodable(self, record: InputRecord, error: WireError) -> CommandWork | None:
         """Take a record that did not decode as it is read: the work that answers it in its
         session's queue when it names its session and id (step 3 of :meth:`handle`), else
-        ``None``, the record dead-lettered with the wire's reason and code."""
+        ``None``: answered at once when the session is another partition's, dead-lettered with
+        the wire's reason and code when it names none."""
         if error.answerable and error.session_id is not None:
-            return CommandWork(record, error.session_id, None, error)
+            work = CommandWork(record, error.session_id, None, error)
+            if self._owns is None or self._owns(error.session_id):
+                return work
+            # Another partition's session: answered at once, and no state of it is read or
+            # written here (its owner holds it); the committed offset recognises a replay.
+            logger.warning(
+                "session_id=<%s>, command_id=<%s>, reason=<%s> | record of a session another "
+                "partition owns, refused",
+                error.session_id,
+                error.command_id,
+                error.reason,
+            )
+            self._answers.error(work, error.code, error.reason, keeps=None)
+            return None
         if record.origin.topic == self._topics.control:
             logger.warning(
                 "key=<%s>, offset=<%d>, reason=<%s> | undecodable control record sent to the dlq",

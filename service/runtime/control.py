@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal
 
 from service.agent.types import AgentResult
 from service.observability.metrics import Metrics
-from service.runtime.records import RECORD_MAX_BYTES
+from service.runtime.records import RECORD_MAX_BYTES, check_home
 from service.runtime.work import CommandWork, InputRecord, Origin, Outcome, OutRecord, StateWrite
 from service.wire.codec import decode_control, encode_result
 from service.wire.commands import CancelCommand
@@ -35,14 +35,19 @@ SKIPPED_LISTED = 1_000
 """At most this many skipped commands are named in a cancel's result, so it stays small."""
 
 
-def parse_cancel(record: InputRecord, max_bytes: int = RECORD_MAX_BYTES) -> CancelCommand:
-    """Decode a control-topic record; raises :class:`WireError` when it is not a cancel.
+def parse_cancel(
+    record: InputRecord, max_bytes: int = RECORD_MAX_BYTES, partitions: int | None = None
+) -> CancelCommand:
+    """Decode a control-topic record; raises :class:`WireError` when it is not a cancel, or not
+    on the partition its key belongs on (:func:`~service.runtime.records.check_home`).
 
     A value larger than ``max_bytes`` is refused before a byte of it is parsed.
     """
     if record.value is None:
         raise WireError("record has no value")
-    return decode_control(record.value, key=record.key, max_bytes=max_bytes)
+    cancel = decode_control(record.value, key=record.key, max_bytes=max_bytes)
+    check_home(record, cancel.session_id, cancel.command_id, partitions)
+    return cancel
 
 
 @dataclass(slots=True)
@@ -244,15 +249,17 @@ class ControlHandler:
         put: Callable[[CommandWork], None],
         undecodable: Callable[[InputRecord, WireError], CommandWork | None],
         max_bytes: int = RECORD_MAX_BYTES,
+        partitions: int | None = None,
     ) -> None:
         self._max_bytes = max_bytes
+        self._partitions = partitions
         self._desk = desk
         self._put = put
         self._undecodable = undecodable
 
     def handle(self, record: InputRecord) -> None:
         try:
-            cancel = parse_cancel(record, self._max_bytes)
+            cancel = parse_cancel(record, self._max_bytes, self._partitions)
         except WireError as exc:
             work = self._undecodable(record, exc)
             if work is not None:

@@ -41,6 +41,7 @@ from service.runtime.idle_expiry import expire_idle
 from service.runtime.invoker import Invoker
 from service.runtime.left_open import Held, Repairing, published, restore_repaired
 from service.runtime.offsets import OffsetTracker
+from service.runtime.partitioning import session_owner
 from service.runtime.records import parse_command
 from service.runtime.restore import Sessions
 from service.runtime.session_queue import SessionQueues
@@ -109,6 +110,10 @@ class OwnerContext:
     """Follows the partitions not owned here; an owner takes its partition's table from it."""
     observer: CommitObserver | None = None
     metrics: Metrics = field(default_factory=Metrics)
+    partitions: int | None = None
+    """Partition count of the input topics: a record whose key belongs on another partition
+    (Kafka's default partitioner) is refused, and no state of a session another partition owns
+    is written. ``None``: not checked (records placed without regard to their keys)."""
     held: dict[int, Held] = field(default_factory=dict)
     """By partition: what an owner that failed decided to publish again and did not publish."""
 
@@ -332,6 +337,7 @@ class PartitionOwner:
                 ),
                 faults=self._ctx.faults,
                 metrics=self._ctx.metrics,
+                owns=session_owner(self.partition, self._ctx.partitions),
             )
             self._queues = SessionQueues(tasks, path.handle)
             self._control = ControlHandler(
@@ -339,6 +345,7 @@ class PartitionOwner:
                 self._queues.put,
                 path.undecodable,
                 max_bytes=settings.runtime.state_record_max_bytes,
+                partitions=self._ctx.partitions,
             )
             ttl_s = settings.sessions.idle_ttl_s
             if ttl_s is not None:
@@ -471,7 +478,9 @@ class PartitionOwner:
             return
         assert self._queues is not None and self._path is not None
         try:
-            command = parse_command(record, self._ctx.settings.runtime.state_record_max_bytes)
+            command = parse_command(
+                record, self._ctx.settings.runtime.state_record_max_bytes, self._ctx.partitions
+            )
         except WireError as exc:
             refused = self._path.undecodable(record, exc)
             if refused is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import random
+from collections.abc import Callable
 
 from aiokafka.partitioner import murmur2
 
@@ -31,3 +32,11 @@ def partition_among(key: bytes | None, partitions: list[int]) -> int:
     if key is None:
         return random.choice(partitions)
     return partitions[keyed_partition(key, len(partitions))]
+
+
+def session_owner(partition: int, partitions: int | None) -> Callable[[str], bool] | None:
+    """Whether a session id's records are keyed to ``partition`` of ``partitions`` (``None``
+    when that is not checked)."""
+    if partitions is None:
+        return None
+    return lambda session_id: keyed_partition(session_id.encode(), partitions) == partition

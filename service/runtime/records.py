@@ -12,6 +12,7 @@ from typing import Any
 
 from service.agent.types import AgentResult, Limits
 from service.runtime.bad_input import fit_dead_letter
+from service.runtime.partitioning import keyed_partition
 from service.runtime.work import InputRecord, OutRecord
 from service.wire.base import MAX_ID_LENGTH
 from service.wire.codec import decode_command, encode, encode_result
@@ -66,14 +67,38 @@ class ParsedCommand:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-def parse_command(record: InputRecord, max_bytes: int = RECORD_MAX_BYTES) -> ParsedCommand:
-    """Decode a commands-topic record; raises :class:`WireError` when it is not a command.
+def check_home(
+    record: InputRecord, session_id: str, command_id: str, partitions: int | None
+) -> None:
+    """Raise :class:`WireError` (with the command's ids) when the record's key belongs on another
+    partition of its topic than the one it was read from, by Kafka's default partitioner over
+    ``partitions`` (``None``: not checked). Its session is owned there, so nothing here may
+    answer it from, or write to, that session's state."""
+    if partitions is None or record.key is None:
+        return
+    home = keyed_partition(record.key, partitions)
+    if home != record.origin.partition:
+        raise WireError(
+            f"the record is on partition {record.origin.partition} of {record.origin.topic}, but "
+            f"its key belongs on partition {home}: publish with Kafka's default (murmur2) "
+            "partitioner",
+            session_id=session_id,
+            command_id=command_id,
+        )
+
+
+def parse_command(
+    record: InputRecord, max_bytes: int = RECORD_MAX_BYTES, partitions: int | None = None
+) -> ParsedCommand:
+    """Decode a commands-topic record; raises :class:`WireError` when it is not a command, or
+    not on the partition its key belongs on (:func:`check_home`).
 
     A value larger than ``max_bytes`` is refused before a byte of it is parsed.
     """
     if record.value is None:
         raise WireError("record has no value")
     command = decode_command(record.value, key=record.key, max_bytes=max_bytes)
+    check_home(record, command.session_id, command.command_id, partitions)
     if isinstance(command, DeleteCommand | HistoryCommand | ForkCommand):
         options: dict[str, Any] = {}
         if isinstance(command, HistoryCommand):

@@ -189,6 +189,7 @@ class Runtime:
             on_restored=self._restored,
             observer=self._stats,
             metrics=self._ops.metrics,
+            partitions=partitions,
         )
         loop = ConsumerLoop(
             inputs,

@@ -20,6 +20,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import MessageSizeTooLargeError
 
 from service.runtime.bad_input import DEAD_LETTER_BUDGET
+from service.runtime.partitioning import keyed_partition
 from service.wire.dlq import (
     DLQ_CODE,
     DLQ_REASON,
@@ -30,6 +31,7 @@ from service.wire.dlq import (
 )
 from tests.support.runtime_harness import (
     checkpoint_resume,
+    committed_records,
     invoke,
     resume,
     unique,
@@ -57,13 +59,17 @@ async def stage(
         yield ready
 
 
-async def _send(stage: Stage, key: bytes | None, value: bytes | None, topic: str) -> None:
+async def _send(
+    stage: Stage, key: bytes | None, value: bytes | None, topic: str, partition: int | None = None
+) -> None:
     producer = AIOKafkaProducer(
         bootstrap_servers=stage.cluster.bootstrap, max_request_size=2 * 1024 * 1024
     )
     await producer.start()
     try:
-        await producer.send_and_wait(topic, key=key, value=value, headers=[("origin", b"test")])
+        await producer.send_and_wait(
+            topic, key=key, value=value, headers=[("origin", b"test")], partition=partition
+        )
     finally:
         await producer.stop()
 
@@ -155,6 +161,39 @@ async def test_unaddressable_control_record_goes_to_the_dlq(
     stage: Stage, value: bytes | None
 ) -> None:
     await _dead_letter(stage, value, stage.cluster.topics.control)
+
+
+async def test_a_record_off_its_keys_partition_is_refused_and_writes_no_state(
+    stage: Stage,
+) -> None:
+    partitions = stage.cluster.partitions
+    session = unique("s")
+    home = keyed_partition(session.encode(), partitions)
+    elsewhere = (home + 1) % partitions
+    first = invoke(session, "hello", agent="simple")
+    await stage.client.send(first)
+    assert (await stage.result(first["command_id"]))["stop_reason"] == "end_turn"
+    misplaced = invoke(session, "again", agent="simple")
+    cancel = {
+        "type": "cancel",
+        "schema_version": 1,
+        "command_id": unique("x"),
+        "session_id": session,
+    }
+    topics = stage.cluster.topics
+    for topic, body in ((topics.commands, misplaced), (topics.control, cancel)):
+        await _send(stage, session.encode(), orjson.dumps(body), topic, partition=elsewhere)
+        result = await stage.result(body["command_id"])
+        assert result["stop_reason"] == "error", result
+        assert result["error"]["code"] == "invalid_command"
+        assert f"belongs on partition {home}" in result["error"]["message"]
+        await stage.exactly_once(body["command_id"])
+    # The session lives on its own partition only, and goes on from its first turn.
+    records = await committed_records(stage.cluster.bootstrap, topics.sessions, partitions)
+    assert {r.partition for r in records if r.key.startswith(session.encode())} == {home}
+    follow = invoke(session, "and on", agent="simple")
+    await stage.client.send(follow)
+    assert (await stage.result(follow["command_id"]))["stop_reason"] == "end_turn"
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ store are the real ones (none of them touches Kafka).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -19,7 +20,9 @@ from service.observability.metrics import Metrics
 from service.runtime.answers import FALLBACK_RESULT_MAX_BYTES, Answers
 from service.runtime.cancels import CancelDesk
 from service.runtime.command_path import CommandPath
+from service.runtime.control import parse_cancel
 from service.runtime.invoker import AbandonedError
+from service.runtime.partitioning import keyed_partition
 from service.runtime.records import ParsedCommand, parse_command
 from service.runtime.work import CommandWork, InputRecord, Origin, Outcome
 from service.sessions.delivery import Delivery
@@ -51,7 +54,12 @@ class FakeEngine:
 
 
 class Harness:
-    def __init__(self, engine: FakeEngine | None = None, store: SessionStore | None = None) -> None:
+    def __init__(
+        self,
+        engine: FakeEngine | None = None,
+        store: SessionStore | None = None,
+        owns: Callable[[str], bool] | None = None,
+    ) -> None:
         self.store = store if store is not None else SessionStore()
         self.outcomes: list[Outcome] = []
         self.metrics = Metrics()
@@ -72,6 +80,7 @@ class Harness:
             agents={"a": AgentDefinition(name="a", model=CycleModel(1))},
             topics=TOPICS,
             metrics=self.metrics,
+            owns=owns,
         )
 
     def results(self) -> list[dict[str, Any]]:
@@ -216,6 +225,52 @@ def test_a_decode_error_naming_its_session_and_id_waits_for_its_session_queue() 
     work = t.path.undecodable(_record(TOPICS.commands, 4, 100), error)
     assert work is not None and work.session_id == "s" and work.error is error
     assert t.outcomes == []
+
+
+def _keyed(topic: str, partition: int, body: dict[str, Any]) -> InputRecord:
+    key = body["session_id"].encode()
+    return InputRecord(Origin(topic, partition, 9), key, orjson.dumps(body), [], 100)
+
+
+INVOKE_S = {"type": "invoke", "command_id": "c", "session_id": "s", "agent": "a", "prompt": "x"}
+CANCEL_S = {"type": "cancel", "command_id": "x", "session_id": "s"}
+
+
+@pytest.mark.parametrize(
+    ("topic", "body", "parse"),
+    [(TOPICS.commands, INVOKE_S, parse_command), (TOPICS.control, CANCEL_S, parse_cancel)],
+    ids=["command", "cancel"],
+)
+def test_a_record_off_its_keys_partition_is_refused_with_its_ids(
+    topic: str, body: dict[str, Any], parse: Callable[..., Any]
+) -> None:
+    home = keyed_partition(b"s", 4)
+    assert parse(_keyed(topic, home, body), partitions=4).session_id == "s"
+    assert parse(_keyed(topic, (home + 1) % 4, body)).session_id == "s"  # unchecked
+    with pytest.raises(WireError) as refused:
+        parse(_keyed(topic, (home + 1) % 4, body), partitions=4)
+    error = refused.value
+    assert (error.session_id, error.command_id, error.code) == (
+        "s",
+        body["command_id"],
+        "invalid_command",
+    )
+    assert f"its key belongs on partition {home}" in error.reason
+
+
+def test_a_refusal_for_another_partitions_session_is_answered_at_once_without_its_state() -> None:
+    t = Harness(owns=lambda session_id: session_id != "s")
+    error = WireError("on the wrong partition", session_id="s", command_id="c")
+    record = _record(TOPICS.commands, 4, 100)
+    assert t.path.undecodable(record, error) is None
+    [outcome] = t.outcomes
+    assert outcome.state is None  # nothing of a session another partition owns is written
+    assert outcome.finished == [record.origin] and outcome.replay_unsafe
+    [result] = t.results()
+    assert (result["session_id"], result["command_id"]) == ("s", "c")
+    assert result["error"] == {"code": "invalid_command", "message": "on the wrong partition"}
+    owned = WireError("prompt: required", session_id="mine", command_id="c2")
+    assert t.path.undecodable(record, owned) is not None  # its own sessions wait in their queue
 
 
 def test_a_record_over_the_limit_is_dead_lettered_unread() -> None:
