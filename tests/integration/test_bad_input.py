@@ -30,6 +30,7 @@ from service.wire.dlq import (
     DLQ_TRUNCATED_FROM,
 )
 from tests.support.runtime_harness import (
+    cancel,
     checkpoint_resume,
     committed_records,
     invoke,
@@ -174,14 +175,8 @@ async def test_a_record_off_its_keys_partition_is_refused_and_writes_no_state(
     await stage.client.send(first)
     assert (await stage.result(first["command_id"]))["stop_reason"] == "end_turn"
     misplaced = invoke(session, "again", agent="simple")
-    cancel = {
-        "type": "cancel",
-        "schema_version": 1,
-        "command_id": unique("x"),
-        "session_id": session,
-    }
     topics = stage.cluster.topics
-    for topic, body in ((topics.commands, misplaced), (topics.control, cancel)):
+    for topic, body in ((topics.commands, misplaced), (topics.control, cancel(session))):
         await _send(stage, session.encode(), orjson.dumps(body), topic, partition=elsewhere)
         result = await stage.result(body["command_id"])
         assert result["stop_reason"] == "error", result

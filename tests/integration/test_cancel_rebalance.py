@@ -8,7 +8,15 @@ import time
 
 import pytest
 
-from tests.support.runtime_harness import Client, Cluster, invoke, services, unique, wait_for
+from tests.support.runtime_harness import (
+    Client,
+    Cluster,
+    cancel,
+    invoke,
+    services,
+    unique,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 
@@ -18,13 +26,7 @@ AGENTS = "tests.support.cancel_agents:registry"
 async def test_a_deferred_cancel_survives_a_rebalance(cluster: Cluster) -> None:
     s = unique("s")
     command = invoke(s, "go", agent="patient")
-    cancel = {
-        "type": "cancel",
-        "schema_version": 1,
-        "command_id": unique("x"),
-        "session_id": s,
-        "after_current_tools": True,
-    }
+    deferred = cancel(s, after_current_tools=True)
     # Tools outlast the revoke grace (3 s): the deferred cancel cannot finish before the rebalance.
     env = {"CAIRN_AGENTS": AGENTS, "CAIRN_TEST_TOOL_SLEEP": "6"}
     with services() as procs:
@@ -39,18 +41,18 @@ async def test_a_deferred_cancel_survives_a_rebalance(cluster: Cluster) -> None:
                 "tool running",
                 alive=first,
             )
-            await client.send(cancel, topic=cluster.topics.control)
+            await client.send(deferred, topic=cluster.topics.control)
             await first.wait_log("cancel read")
             second = cluster.start("second", **env)
             procs.append(second)
             await first.wait_log("partitions revoked", count=2)
             stopped = await client.result(command["command_id"], 60, alive=second)
             assert stopped["stop_reason"] == "cancelled", stopped
-            own = await client.result(str(cancel["command_id"]), 60, alive=second)
+            own = await client.result(str(deferred["command_id"]), 60, alive=second)
             assert own["stop_reason"] == "cancelled", own
             await client.caught_up()
     assert len(client.results_for(command["command_id"])) == 1
-    assert len(client.results_for(str(cancel["command_id"]))) == 1
+    assert len(client.results_for(str(deferred["command_id"]))) == 1
     # The batch ran to its end (deferred) at least once, and no second model call happened.
     # The new owner either re-ran the batch to its end (the command read first) or resolved the
     # committed after_model boundary (the cancel read first); a deferred cancel never woke a
@@ -65,7 +67,7 @@ async def test_a_committed_cancel_covers_an_older_command_first_read_by_the_next
 ) -> None:
     s = unique("s")
     hello = invoke(s, "hello", agent="simple")
-    cancel = {"type": "cancel", "schema_version": 1, "command_id": unique("x"), "session_id": s}
+    late = cancel(s)
     cancelled_at = int(time.time() * 1000)
     with services() as procs:
         first = cluster.start("first", CAIRN_AGENTS=AGENTS)
@@ -74,8 +76,8 @@ async def test_a_committed_cancel_covers_an_older_command_first_read_by_the_next
         async with Client(cluster) as client:
             await client.send(hello)
             assert (await client.result(hello["command_id"], 30, alive=first))["error"] is None
-            await client.send(cancel, topic=cluster.topics.control, timestamp_ms=cancelled_at)
-            own = await client.result(str(cancel["command_id"]), 30, alive=first)
+            await client.send(late, topic=cluster.topics.control, timestamp_ms=cancelled_at)
+            own = await client.result(str(late["command_id"]), 30, alive=first)
             assert own["stop_reason"] == "cancelled", own
             # The cancel's answer and offset are committed: the next owner never reads it.
             first.kill()
@@ -91,7 +93,7 @@ async def test_a_committed_cancel_covers_an_older_command_first_read_by_the_next
             ran = await client.result(newer["command_id"], 30, alive=second)
             assert ran["stop_reason"] == "end_turn", ran
             await client.caught_up()
-    for command_id in (hello["command_id"], cancel["command_id"], older["command_id"]):
+    for command_id in (hello["command_id"], late["command_id"], older["command_id"]):
         assert len(client.results_for(str(command_id))) == 1, command_id
     assert len(client.results_for(newer["command_id"])) == 1
     assert second.log_count("command covered by a cancel") == 1

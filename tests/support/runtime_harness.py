@@ -334,6 +334,17 @@ def resume(session_id: str, payload: Any, *, command_id: str | None = None) -> d
     }
 
 
+def cancel(session_id: str, **fields: Any) -> dict[str, Any]:
+    """A cancel of the session (its current command unless ``target_command_id`` says which)."""
+    return {
+        "type": "cancel",
+        "schema_version": 1,
+        "command_id": unique("x"),
+        "session_id": session_id,
+        **fields,
+    }
+
+
 def checkpoint_resume(session_id: str, checkpoint: dict[str, Any]) -> dict[str, Any]:
     return resume(session_id, {"checkpointResume": {"checkpoint": checkpoint}})
 

@@ -15,8 +15,8 @@ from tests.support.runtime_harness import (
     Client,
     Cluster,
     ServiceProcess,
+    cancel,
     services,
-    unique,
     wait_for,
 )
 
@@ -30,13 +30,7 @@ class Stage:
     client: Client
 
     async def cancel(self, session_id: str, **fields: Any) -> str:
-        body = {
-            "type": "cancel",
-            "schema_version": 1,
-            "command_id": unique("x"),
-            "session_id": session_id,
-            **fields,
-        }
+        body = cancel(session_id, **fields)
         await self.client.send(body, topic=self.cluster.topics.control)
         return str(body["command_id"])
 
