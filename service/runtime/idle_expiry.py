@@ -32,10 +32,15 @@ async def expire_idle(
     stopping: Callable[[], bool],
     events_topic: str,
     metrics: Metrics,
+    owns: Callable[[str], bool] | None = None,
 ) -> None:
     """Delete, now and then, the sessions written to last more than ``ttl_s`` ago, each with
     a ``session_expired`` event; a session with work queued or a write not yet committed
-    is left for the next round. Returns once ``stopping()`` is true."""
+    is left for the next round. Returns once ``stopping()`` is true.
+
+    A session another partition owns (``owns`` says no: a stray copy written on the wrong
+    partition before records off their key's partition were refused) is deleted without an
+    event: the session itself lives on, on its own partition."""
     store = writer.store
     interval = min(max(ttl_s / 4, 0.5), 60.0)
     while not stopping():
@@ -50,6 +55,15 @@ async def expire_idle(
             applied = stored.delivery.applied
             write = writer.delete(session_id)
             idle_s = (now_ms - written_ms) / 1000
+            if owns is not None and not owns(session_id):
+                submit(Outcome(state=write))
+                logger.warning(
+                    "session_id=<%s>, records=<%d> | stray copy of a session another partition "
+                    "owns, deleted",
+                    session_id,
+                    len(write.records),
+                )
+                continue
             event = event_record(
                 events_topic,
                 session_id,

@@ -317,6 +317,7 @@ class PartitionOwner:
                     limit_s=settings.runtime.commit_timeout_s + WATCH_S,
                 )
             )
+            owns = session_owner(self.partition, self._ctx.partitions)
             self._path = path = CommandPath(
                 store=store,
                 cancels=cancels,
@@ -337,7 +338,7 @@ class PartitionOwner:
                 ),
                 faults=self._ctx.faults,
                 metrics=self._ctx.metrics,
-                owns=session_owner(self.partition, self._ctx.partitions),
+                owns=owns,
             )
             self._queues = SessionQueues(tasks, path.handle)
             self._control = ControlHandler(
@@ -358,6 +359,7 @@ class PartitionOwner:
                         self._stop_requested.is_set,
                         self._topics.events,
                         self._ctx.metrics,
+                        owns,
                     )
                 )
             self._restored = True
