@@ -108,6 +108,15 @@ async def test_answer_runs_the_tool_again_with_the_response() -> None:
     check_history(out.state)
 
 
+async def test_an_id_answered_twice_in_one_resume_keeps_its_last_answer() -> None:
+    agent = make_agent([call("approve", "t1", action="deploy"), "done"], checkpointing=False)
+    out = await invoke(agent, new_state(), "go")
+    interrupt_id = out.result.interrupts[0].id
+    out = await invoke(agent, out.state, answers((interrupt_id, "no"), (interrupt_id, "yes")))
+    assert out.stop == "end_turn"
+    assert results_of(out.state.messages[2])[0]["content"] == [{"text": "deploy:yes"}]
+
+
 async def test_interrupt_beats_checkpoint_and_answer_pauses_after_tools() -> None:
     agent = make_agent([call("approve", "t1", action="x"), "done"])
     out = await invoke(agent, new_state(), "go")
