@@ -18,20 +18,13 @@ from tests.support.runtime_harness import (
     unique,
     wait_for,
 )
+from tests.support.runtime_harness import (
+    cancel as cancel_body,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.faults, pytest.mark.timeout(180)]
 
 AGENTS = "tests.support.cancel_agents:registry"
-
-
-def _cancel(session_id: str, **fields: object) -> dict[str, object]:
-    return {
-        "type": "cancel",
-        "schema_version": 1,
-        "command_id": unique("x"),
-        "session_id": session_id,
-        **fields,
-    }
 
 
 async def test_kill_right_after_a_cancel_of_a_running_invocation_was_read(
@@ -39,7 +32,7 @@ async def test_kill_right_after_a_cancel_of_a_running_invocation_was_read(
 ) -> None:
     s = unique("s")
     command = invoke(s, "go", agent="patient")
-    cancel = _cancel(s, after_current_tools=True)
+    cancel = cancel_body(s, after_current_tools=True)
     with services() as procs:
         # The victim's tool would wait a minute: the deferred cancel cannot finish there.
         victim = cluster.start("victim", CAIRN_AGENTS=AGENTS, CAIRN_TEST_TOOL_SLEEP="60")
@@ -77,7 +70,7 @@ async def test_kill_right_after_a_cancel_of_a_running_invocation_was_read(
 async def test_kill_before_the_commit_of_a_cancel_that_resolves_a_pause(cluster: Cluster) -> None:
     s = unique("s")
     command = invoke(s, "go", agent="bench")
-    cancel = _cancel(s, message="Not this time")
+    cancel = cancel_body(s, message="Not this time")
     with services() as procs:
         first = cluster.start("first", CAIRN_AGENTS=AGENTS)
         procs.append(first)
@@ -119,7 +112,7 @@ async def test_kill_before_the_commit_of_a_cancel_whose_target_has_not_arrived(
 ) -> None:
     s = unique("s")
     target = invoke(s, "later", agent="simple")
-    cancel = _cancel(s, target_command_id=target["command_id"])
+    cancel = cancel_body(s, target_command_id=target["command_id"])
     with services() as procs:
         victim = cluster.start(
             "victim", CAIRN_AGENTS=AGENTS, CAIRN_FAULTS__KILL_AT="after_produce_before_commit"
