@@ -11,7 +11,8 @@ the store's back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Set
+from dataclasses import dataclass, field
 from typing import Any
 
 APPLIED_KEPT = 256
@@ -31,24 +32,66 @@ class Delivery:
     """Publication time of the command the session's in-flight marker names, so a cancel
     resolves that marker only when it covers that command."""
 
+    _index: Set[str] | None = field(default=None, init=False, repr=False, compare=False)
+    """``applied`` as a set, made on first use: whether a command was answered, and adding
+    one, take a time that does not grow with the ids kept."""
+
     def answered(self, command_id: str) -> bool:
-        return command_id in self.applied
+        return command_id in self.ids()
 
     def applying(self, *command_ids: str) -> Delivery:
         """These commands answered (each remembered once, the oldest forgotten past the limit)."""
-        applied = list(self.applied)
-        for command_id in command_ids:
-            if command_id not in applied:
-                applied.append(command_id)
-        return replace(self, applied=tuple(applied[-APPLIED_KEPT:]))
+        applied, index = self._adding(command_ids)
+        if applied is self.applied:
+            return self
+        return self._made(applied, self.cancelled_before_ms, self.inflight_published_ms, index)
 
     def finished(self, command_id: str) -> Delivery:
         """The command answered and its turn's in-flight marker (if any) gone."""
-        return replace(self.applying(command_id), inflight_published_ms=None)
+        applied, index = self._adding((command_id,))
+        return self._made(applied, self.cancelled_before_ms, None, index)
 
     def started(self, published_ms: int) -> Delivery:
         """The in-flight marker written now names a command published at ``published_ms``."""
-        return replace(self, inflight_published_ms=published_ms)
+        return self._made(self.applied, self.cancelled_before_ms, published_ms, self._index)
+
+    def ids(self) -> Set[str]:
+        """The applied ids as a set (not to be changed)."""
+        index = self._index
+        if index is None:
+            index = set(self.applied)
+            object.__setattr__(self, "_index", index)
+        return index
+
+    def _adding(self, command_ids: tuple[str, ...]) -> tuple[tuple[str, ...], Set[str] | None]:
+        """The applied ids with ``command_ids`` added, and their set (``None``: made when
+        asked); ``self.applied`` itself when all of them are there already."""
+        known = self.ids()
+        if len(command_ids) == 1:
+            added: tuple[str, ...] = () if command_ids[0] in known else command_ids
+        else:
+            added = tuple(c for c in dict.fromkeys(command_ids) if c not in known)
+        if not added:
+            return self.applied, known
+        applied = self.applied + added
+        cut = max(0, len(applied) - APPLIED_KEPT)
+        if len(known) != len(self.applied):
+            return applied[cut:], None  # an id held twice: the set is made afresh
+        index = set(known)
+        index.update(added)
+        index.difference_update(applied[:cut])
+        return applied[cut:], index
+
+    @staticmethod
+    def _made(
+        applied: tuple[str, ...],
+        cancelled_before_ms: int | None,
+        inflight_published_ms: int | None,
+        index: Set[str] | None,
+    ) -> Delivery:
+        made = Delivery(applied, cancelled_before_ms, inflight_published_ms)
+        object.__setattr__(made, "_index", index)
+        return made
 
     def covering(self, timestamp_ms: int) -> Delivery:
         """A cancel published at ``timestamp_ms`` covers the commands published until then
@@ -56,9 +99,8 @@ class Delivery:
         if timestamp_ms < 0:
             return self
         previous = self.cancelled_before_ms
-        return replace(
-            self, cancelled_before_ms=max(timestamp_ms, -1 if previous is None else previous)
-        )
+        latest = max(timestamp_ms, -1 if previous is None else previous)
+        return self._made(self.applied, latest, self.inflight_published_ms, self._index)
 
     def record_fields(self) -> dict[str, Any]:
         """The keys these take in a session state record."""

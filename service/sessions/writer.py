@@ -155,7 +155,11 @@ class SessionWriter:
         old = before.applied if before is not None else []
         count = before.applied_count if before is not None else 0
         new = list(delivery.applied)
-        known = set(old)
+        previous = before.delivery if before is not None else None
+        # The previous write's set of ids, made once per state, when its list is the one stored.
+        known = (
+            previous.ids() if previous is not None and previous.applied == tuple(old) else set(old)
+        )
         kept = len(new)
         while kept > 0 and new[kept - 1] not in known:
             kept -= 1

@@ -1,0 +1,83 @@
+"""Property: the applied command ids of a session, however they were added (one at a time, several
+at once, past the kept window, from a record that holds one id twice), answer ``answered`` exactly
+as a scan of the list would, in every value made along the way."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from service.sessions.delivery import APPLIED_KEPT, Delivery
+
+POOL = [f"cmd-{i}" for i in range(APPLIED_KEPT + 40)]
+"""More ids than a session keeps, so the oldest are dropped and may come back."""
+
+
+def _reference(applied: list[str], command_ids: list[str]) -> list[str]:
+    """What remembering ``command_ids`` means: each once, the oldest forgotten past the limit."""
+    out = list(applied)
+    for command_id in command_ids:
+        if command_id not in out:
+            out.append(command_id)
+    return out[-APPLIED_KEPT:]
+
+
+_ids = st.sampled_from(POOL)
+_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("applying"), st.lists(_ids, max_size=4)),
+        st.tuples(st.just("finished"), _ids),
+        st.tuples(st.just("started"), st.integers(0, 10**6)),
+        st.tuples(st.just("covering"), st.integers(-1, 10**6)),
+        st.tuples(
+            st.just("many"), st.lists(_ids, min_size=APPLIED_KEPT, max_size=APPLIED_KEPT + 5)
+        ),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(start=st.lists(_ids, max_size=8), steps=_steps)
+def test_answered_agrees_with_the_list_in_every_value_made(
+    start: list[str], steps: list[tuple[str, Any]]
+) -> None:
+    # Loaded from a record: its list as written, an id held twice included.
+    delivery = Delivery.from_record({"applied_commands": start})
+    expected = list(start)
+    made = [(delivery, list(expected))]
+    for op, arg in steps:
+        if op in ("applying", "many"):
+            delivery, expected = delivery.applying(*arg), _reference(expected, arg)
+        elif op == "finished":
+            delivery, expected = delivery.finished(arg), _reference(expected, [arg])
+            assert delivery.inflight_published_ms is None
+        elif op == "started":
+            delivery = delivery.started(arg)
+            assert delivery.inflight_published_ms == arg
+        else:
+            delivery = delivery.covering(arg)
+        assert list(delivery.applied) == expected
+        made.append((delivery, list(expected)))
+    # Asked only now, so a value's set made early is checked after its successors were made.
+    for value, ids in made:
+        for command_id in POOL[:20] + POOL[-20:] + ids[:3]:
+            assert value.answered(command_id) == (command_id in ids), command_id
+
+
+def test_remembering_an_id_already_there_changes_nothing() -> None:
+    delivery = Delivery(applied=("a", "b"), inflight_published_ms=5)
+    assert delivery.applying("b") is delivery
+    assert delivery.finished("a") == Delivery(applied=("a", "b"))
+
+
+def test_a_list_holding_an_id_twice_forgets_what_falls_out_of_the_window() -> None:
+    loaded = Delivery.from_record({"applied_commands": ["a", "b", "a"]})
+    assert loaded.answered("a") and loaded.answered("b")
+    fresh = [f"n{i}" for i in range(APPLIED_KEPT - 1)]
+    after = loaded.applying(*fresh)
+    assert after.applied == ("a", *fresh)
+    assert after.answered("a") and not after.answered("b")
+    assert not after.applying("z").answered("a")
