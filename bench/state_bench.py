@@ -246,7 +246,8 @@ def written_step(history: int, texts: Sequence[str], *, applied_ids: bool) -> Wr
     repetition steps from the same state, with new message objects)."""
     prepare = step_inputs(history, texts, applied_ids=applied_ids)
     writer = SessionWriter(SessionStore(MemoryTable()), record_max_bytes=RECORD_MAX_BYTES)
-    writer.write(*prepare()[0], 1)
+    state, delivery = prepare()[0]
+    writer.write(state, 1, delivery)
     last: list[StateWrite] = []
 
     def step(given: Step) -> None:
