@@ -8,12 +8,21 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, StringConstraints
 
 WIRE_SCHEMA_VERSION: Literal[1] = 1
 """Major version of every message on the wire; bumped only by a breaking change."""
 
-WireVersion = Literal[1]
+
+def _not_a_boolean(value: Any) -> Any:
+    # JSON's true is not the number 1, though Python's True == 1 lets it match Literal[1]. A
+    # ValueError is what pydantic reports as a validation error (a TypeError would escape it).
+    if isinstance(value, bool):
+        raise ValueError("a version is a number, not a boolean")  # noqa: TRY004
+    return value
+
+
+WireVersion = Annotated[Literal[1], BeforeValidator(_not_a_boolean)]
 """The versions this build reads; a breaking change adds the new one here during migration."""
 
 MAX_ID_LENGTH = 256
