@@ -2,22 +2,26 @@
 
 Guarantees: a resume the wire refused as a malformed checkpoint is answered with the code the
 engine's order of checks gives (interrupt pending, then checkpointing off, then malformed,
-incompatible, stale); a dead letter always fits in one producer request, so no input record,
-however large, can block its partition.
+incompatible, stale); a resume naming no agent, of a session with no state, is answered as one
+with nothing pending (``checkpoint_stale``, ``no_pending_interrupt``); a dead letter always fits
+in one producer request, so no input record, however large, can block its partition.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from service.agent.definition import AgentDefinition
 from service.agent.errors import (
     CheckpointingDisabledError,
+    CheckpointStaleError,
     EngineError,
     InterruptPendingError,
+    NoPendingInterruptError,
+    UnknownAgentError,
 )
 from service.agent.invocation import Invocation, plan
 from service.agent.state import SessionState
@@ -25,6 +29,9 @@ from service.runtime.work import CommandWork, OutRecord
 from service.sessions.store import StoredSession
 from service.wire.dlq import DLQ_TRUNCATED_FROM
 from service.wire.errors import ErrorCode, WireError
+
+if TYPE_CHECKING:
+    from service.runtime.records import ParsedCommand
 
 _PAYLOAD_FIELDS = ("resume", "prompt")
 
@@ -36,6 +43,19 @@ than the record it keeps, so the largest records a topic takes would not fit who
 _RECORD_OVERHEAD = 128
 _CAIRN_HEADERS = 6
 """How many headers Cairn appends to a dead letter (they come last)."""
+
+
+def no_agent_refusal(command: ParsedCommand, agent_name: str | None) -> EngineError:
+    """The refusal of a command whose agent (``agent_name``: its own, or else its session's) is
+    not hosted here. A resume may leave its agent out, continuing its session's; a session with
+    no state (never invoked, deleted or expired) has no pause, so such a resume gets the
+    engine's answer to a session with nothing to resume instead of an agent named by nobody."""
+    if agent_name or command.type != "resume":
+        return UnknownAgentError(f"agent {agent_name!r} is not hosted here")
+    why = f"session {command.session_id!r} has no state (never invoked, deleted or expired)"
+    if isinstance(command.input, list):
+        return NoPendingInterruptError(f"no interrupt is pending: {why}")
+    return CheckpointStaleError(f"checkpoint is not the pause this session issued last: {why}")
 
 
 def classify_refusal(

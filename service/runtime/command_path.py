@@ -21,13 +21,13 @@ from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
 
 from service.agent import tracing
 from service.agent.definition import AgentDefinition
-from service.agent.errors import EngineError, UnknownAgentError
+from service.agent.errors import EngineError
 from service.agent.state import SessionState
 from service.observability.logs import log_context
 from service.observability.metrics import Metrics
 from service.observability.tracing import current_span, from_headers, span
 from service.runtime.answers import Answers, state_before
-from service.runtime.bad_input import classify_refusal
+from service.runtime.bad_input import classify_refusal, no_agent_refusal
 from service.runtime.cancels import CancelDesk
 from service.runtime.faults import FaultPoints, InjectedCommitError
 from service.runtime.forks import SessionVersions
@@ -174,8 +174,7 @@ class CommandPath:
                 agent_name = command.agent or (stored.state.agent if stored is not None else None)
                 agent = self._agents.get(agent_name) if agent_name else None
                 if agent is None:
-                    error = UnknownAgentError(f"agent {agent_name!r} is not hosted here")
-                    self._reject(work, stored, error)
+                    self._reject(work, stored, no_agent_refusal(command, agent_name))
                     return
                 work.span.set(tracing.AGENT, agent.name)
                 before = stored or StoredSession(

@@ -334,3 +334,33 @@ def test_an_output_the_broker_refused_is_replaced_by_a_dead_letter_and_an_error(
     stored = t.store.get("s")
     assert stored is not None and stored.state.inflight is None
     assert stored.delivery.answered("c")
+
+
+@pytest.mark.parametrize(
+    ("payload", "code"),
+    [
+        ({"checkpointResume": {"checkpoint": {}}}, "checkpoint_stale"),
+        ([{"interruptResponse": {"interruptId": "i", "response": 1}}], "no_pending_interrupt"),
+    ],
+)
+async def test_a_resume_naming_no_agent_of_a_session_without_state_has_nothing_pending(
+    payload: Any, code: str
+) -> None:
+    t = Harness()
+    parsed = ParsedCommand(type="resume", command_id="c", session_id="s", agent=None, input=payload)
+    await t.path.handle(CommandWork(_record(TOPICS.commands, 1, 100), "s", parsed))
+    assert t.engine.ran == []
+    [answer] = t.results()
+    assert answer["error"]["code"] == code
+    assert "'s' has no state" in answer["error"]["message"]
+
+
+async def test_a_command_naming_no_agent_hosted_is_unknown_agent_even_without_state() -> None:
+    t = Harness()
+    parsed = ParsedCommand(type="resume", command_id="c", session_id="s", agent="gone", input=[])
+    await t.path.handle(CommandWork(_record(TOPICS.commands, 1, 100), "s", parsed))
+    [answer] = t.results()
+    assert answer["error"] == {
+        "code": "unknown_agent",
+        "message": "agent 'gone' is not hosted here",
+    }
