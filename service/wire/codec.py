@@ -91,7 +91,11 @@ def _path(loc: tuple[int | str, ...]) -> str:
 def _issues(exc: ValidationError) -> tuple[tuple[WireIssue, ...], ErrorCode]:
     errors = exc.errors(include_url=False, include_input=False, include_context=False)
     issues = tuple(
-        WireIssue(_path(err["loc"]), _MESSAGES.get(err["type"], err["msg"])) for err in errors
+        WireIssue(
+            _path(err["loc"]),
+            _MESSAGES.get(err["type"], err["msg"].removeprefix("Value error, ")),
+        )
+        for err in errors
     )
     # The engine reports a malformed checkpoint resume as incompatible; the wire agrees.
     in_checkpoint = any(CHECKPOINT_TAG in err["loc"] for err in errors)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag
+from pydantic import Discriminator, Field, Tag, ValidationInfo, field_validator
 
 from service.wire.base import (
     WIRE_SCHEMA_VERSION,
@@ -177,6 +177,14 @@ class CancelCommand(_Command):
     """Text of the assistant message a cancelled model stream leaves behind."""
     after_current_tools: bool = False
     """Let the running tool batch finish, then stop."""
+
+    @field_validator("target_command_id")
+    @classmethod
+    def _not_itself(cls, target: str | None, info: ValidationInfo) -> str | None:
+        # Answered as its own target it would get two results under one command id.
+        if target is not None and target == info.data.get("command_id"):
+            raise ValueError("a cancel cannot target itself (its own command_id)")
+        return target
 
 
 class DeleteCommand(_Command):

@@ -502,6 +502,14 @@ def test_control_refuses_commands_and_commands_refuse_cancels() -> None:
         decode_control(raw({**CANCEL, "target_command_id": ""}))
 
 
+def test_a_cancel_targeting_itself_is_refused_naming_its_own_id() -> None:
+    with pytest.raises(WireError) as caught:
+        decode_control(raw({**CANCEL, "target_command_id": CANCEL["command_id"]}))
+    error = caught.value
+    assert error.reason == "target_command_id: a cancel cannot target itself (its own command_id)"
+    assert (error.code, error.command_id) == ("invalid_command", CANCEL["command_id"])
+
+
 def test_many_issues_are_summarised_but_all_kept() -> None:
     prompt = [{"text": i} for i in range(20)]
     error = refused(raw({**INVOKE, "prompt": prompt}))
