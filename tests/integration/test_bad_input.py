@@ -222,6 +222,45 @@ async def test_invalid_command_with_ids_gets_an_error_result(
     assert await _error(stage, body) == code
 
 
+@pytest.mark.parametrize(
+    ("payload", "code"),
+    [
+        (
+            {
+                "checkpointResume": {
+                    "checkpoint": {
+                        "position": "after_model",
+                        "cycle_index": 0,
+                        "schema_version": "1.0",
+                    }
+                }
+            },
+            "checkpoint_stale",
+        ),
+        ([{"interruptResponse": {"interruptId": "i", "response": 1}}], "no_pending_interrupt"),
+    ],
+    ids=["checkpoint", "answers"],
+)
+async def test_a_resume_naming_no_agent_of_a_session_without_state_has_nothing_to_resume(
+    stage: Stage, payload: Any, code: str
+) -> None:
+    # Never invoked, then deleted: both have no state, and the resume names no agent to ask.
+    never = resume(unique("s"), payload)
+    assert await _error(stage, never) == code
+    s = unique("s")
+    first = invoke(s, "hello", agent="simple")
+    await stage.client.send(first)
+    await stage.result(first["command_id"])
+    gone = {"type": "delete", "schema_version": 1, "command_id": unique("d"), "session_id": s}
+    await stage.client.send(gone)
+    assert (await stage.result(gone["command_id"]))["deleted"]["existed"] is True
+    after = resume(s, payload)
+    await stage.client.send(after)
+    result = await stage.result(after["command_id"])
+    assert result["error"]["code"] == code, result
+    assert "has no state" in result["error"]["message"]
+
+
 async def test_key_other_than_the_session_is_refused(stage: Stage) -> None:
     body = invoke(unique("s"), "hello", agent="simple")
     await stage.client.send_raw(unique("k").encode(), orjson.dumps(body))
@@ -242,6 +281,13 @@ async def test_invalid_cancel_with_ids_gets_an_error_result(
 ) -> None:
     body = {"schema_version": 1, "command_id": unique("x"), "session_id": unique("s"), **fields}
     assert await _error(stage, body, stage.cluster.topics.control) == code
+
+
+async def test_a_cancel_targeting_itself_is_refused_with_one_result(stage: Stage) -> None:
+    # Answered as its own target it would get two results under one command id.
+    own = unique("x")
+    body = cancel(unique("s"), command_id=own, target_command_id=own)
+    assert await _error(stage, body, stage.cluster.topics.control) == "invalid_command"
 
 
 async def _checkpoint_pause(stage: Stage) -> tuple[str, dict[str, Any]]:
