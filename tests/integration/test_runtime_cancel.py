@@ -189,6 +189,24 @@ async def test_queued_commands_published_before_are_skipped_later_ones_run(stage
     )
 
 
+async def test_a_history_queued_before_a_cancel_is_answered_not_skipped(stage: Stage) -> None:
+    s = unique("s")
+    running = invoke(s, "go", agent="patient")
+    history = {"type": "history", "schema_version": 1, "command_id": unique("h"), "session_id": s}
+    await stage.client.send(running, history)
+    await stage.tool_running(s)
+    cancel_id = await stage.cancel(s)
+    assert (await stage.result(running["command_id"]))["stop_reason"] == "cancelled"
+    page = await stage.result(history["command_id"])
+    assert page["stop_reason"] == "end_turn", page
+    # Answered after the cancelled run, so its page lists that run's last version.
+    assert page["history"]["versions"][0]["command_id"] == running["command_id"]
+    answer = await stage.result(cancel_id)
+    assert answer["cancel"]["stopped"] == running["command_id"]
+    assert answer["cancel"]["skipped"] == []
+    await stage.exactly_once(running["command_id"], history["command_id"], cancel_id)
+
+
 async def test_target_cancel_skips_exactly_that_queued_command(stage: Stage) -> None:
     s = unique("s")
     running = invoke(s, "go", agent="patient")
