@@ -63,10 +63,31 @@ class CommittedTails(Protocol):
         """The partition of ``topic`` that records keyed ``session_id`` go to."""
         ...
 
+    async def partition_count(self, topic: str) -> int:
+        """How many partitions ``topic`` has."""
+        ...
+
     async def committed_tail(self, tp: TopicPartition, offsets: int) -> list[OutRecord]:
         """The committed records among the last ``offsets`` offsets before the partition's
         last stable offset, in log order."""
         ...
+
+
+async def repaired_partitions(
+    tails: CommittedTails, topics: TopicSettings, partition: int
+) -> list[TopicPartition]:
+    """The partitions the owner of ``partition`` repairs at its start and watches while it runs:
+    its ``sessions`` partition, and that partition of ``results`` and ``events`` when they have
+    as many partitions as ``sessions``: it then holds the records of this partition's sessions
+    and only theirs. Otherwise those records are spread over partitions that other owners write
+    too, and no one owner can decide for them (docs/runtime.md, "Across broker restarts")."""
+    count = await tails.partition_count(topics.sessions)
+    outputs = [
+        topic
+        for topic in (topics.results, topics.events)
+        if await tails.partition_count(topic) == count
+    ]
+    return [TopicPartition(topic, partition) for topic in (topics.sessions, *outputs)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,13 @@ from service.runtime.faults import FaultPoints
 from service.runtime.forks import SessionVersions
 from service.runtime.idle_expiry import expire_idle
 from service.runtime.invoker import Invoker
-from service.runtime.left_open import Held, Repairing, published, restore_repaired
+from service.runtime.left_open import (
+    Held,
+    Repairing,
+    published,
+    repaired_partitions,
+    restore_repaired,
+)
 from service.runtime.offsets import OffsetTracker
 from service.runtime.partitioning import session_owner
 from service.runtime.records import parse_command
@@ -225,10 +231,7 @@ class PartitionOwner:
             for topic in (self._topics.commands, self._topics.control)
         ]
         starts = await self._stable_starts(stream, inputs)
-        written = [
-            TopicPartition(topic, self.partition)
-            for topic in (self._topics.sessions, self._topics.results, self._topics.events)
-        ]
+        written = await repaired_partitions(self._ctx.sessions, self._topics, self.partition)
 
         async def abort(partitions: list[TopicPartition]) -> None:
             writers = await stream.committed_metadata(inputs)

@@ -84,6 +84,8 @@ class Sessions(Protocol):
 
     async def partition_for(self, topic: str, session_id: str) -> int: ...
 
+    async def partition_count(self, topic: str) -> int: ...
+
     async def committed_tail(self, tp: TopicPartition, offsets: int) -> list[OutRecord]: ...
 
     async def session_records(self, session_id: str) -> dict[bytes, bytes]: ...
@@ -152,7 +154,7 @@ class SessionsReader:
             try:
                 tp = TopicPartition(
                     self._topic,
-                    partition_of(session_id, await self._partitions(self._topic)),
+                    partition_of(session_id, await self.partition_count(self._topic)),
                 )
                 changelog = KafkaChangelog(consumer)
                 start, end = await changelog.bounds(tp)
@@ -171,7 +173,7 @@ class SessionsReader:
                 raise
             return found
 
-    async def _partitions(self, topic: str) -> int:
+    async def partition_count(self, topic: str) -> int:
         """How many partitions ``topic`` has, asked of the broker once (the producers keep theirs
         as long). Not from a reader's metadata: a consumer knows only the topics it has
         assigned, so asking it about another one failed, and failed again at every retry."""
@@ -229,7 +231,7 @@ class SessionsReader:
     async def partition_for(self, topic: str, session_id: str) -> int:
         """The partition of ``topic`` Kafka's default partitioner puts key ``session_id`` on."""
         async with self._lock:
-            return partition_of(session_id, await self._partitions(topic))
+            return partition_of(session_id, await self.partition_count(topic))
 
     async def committed_tail(self, tp: TopicPartition, offsets: int) -> list[OutRecord]:
         """The committed records among the last ``offsets`` offsets of ``tp`` before its last

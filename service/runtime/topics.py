@@ -149,4 +149,15 @@ async def verify_topics(kafka: KafkaSettings, topics: TopicSettings) -> int:
         )
     count = co[topics.commands]
     assert count is not None
+    spread = {
+        name: counts[name] for name in (topics.results, topics.events) if counts[name] != count
+    }
+    if spread:
+        logger.warning(
+            "partitions=<%d>, outputs=<%s> | results and events are partitioned unlike the "
+            "commands: a transaction a broker restart leaves open on them is not repaired "
+            '(docs/runtime.md, "Across broker restarts")',
+            count,
+            ", ".join(f"{name}={n}" for name, n in spread.items()),
+        )
     return count

@@ -71,6 +71,7 @@ SESSIONS_CALLS = (
     "sessions.stable_and_end",
     "sessions.read_open",
     "sessions.partition_for",
+    "sessions.partition_count",
     "sessions.committed_tail",
     "sessions.session_records",
 )
@@ -624,6 +625,10 @@ class MemorySessions:
     async def partition_for(self, topic: str, session_id: str) -> int:
         await self.kafka.enter("sessions", "sessions.partition_for")
         return zlib.crc32(session_id.encode()) % self.kafka.partitions
+
+    async def partition_count(self, topic: str) -> int:
+        await self.kafka.enter("sessions", "sessions.partition_count")
+        return self.kafka.partitions
 
     async def committed_tail(self, tp: TopicPartition, offsets: int) -> list[OutRecord]:
         await self.kafka.enter("sessions", "sessions.committed_tail")

@@ -57,6 +57,8 @@ class Cluster:
     bootstrap: str
     workdir: Path
     partitions: int = 4
+    output_partitions: int | None = None
+    """Partitions of results, events and dlq when not as many as the commands'."""
     prefix: str = field(default_factory=lambda: unique("t"))
     group: str = field(default_factory=lambda: unique("g"))
     client: KafkaSettings | None = None
@@ -73,6 +75,7 @@ class Cluster:
             sessions=f"{self.prefix}.sessions",
             dlq=f"{self.prefix}.dlq",
             partitions=self.partitions,
+            output_partitions=self.output_partitions,
         )
 
     @property
@@ -127,6 +130,8 @@ class Cluster:
             # with it.
             "TMPDIR": str(self.workdir),
         }
+        if self.output_partitions is not None:
+            env["CAIRN_TOPICS__OUTPUT_PARTITIONS"] = str(self.output_partitions)
         env.update(extra)
         return env
 
@@ -377,7 +382,8 @@ class Client:
                 enable_auto_commit=False,
             )
             await consumer.start()
-            partitions = [TopicPartition(topic, p) for p in range(self.cluster.partitions)]
+            count = self.cluster.output_partitions or self.cluster.partitions
+            partitions = [TopicPartition(topic, p) for p in range(count)]
             consumer.assign(partitions)
             await consumer.seek_to_beginning(*partitions)
             self._consumers.append(consumer)

@@ -354,6 +354,7 @@ OWNER_CALLS = (
     "abort",
     "input.seek",
     "input.beginning_offsets",
+    "sessions.partition_count",
     "sessions.stable_and_end",
     "sessions.read_open",
     "sessions.restore",
