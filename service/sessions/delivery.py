@@ -33,8 +33,9 @@ class Delivery:
     resolves that marker only when it covers that command."""
 
     _index: Set[str] | None = field(default=None, init=False, repr=False, compare=False)
-    """``applied`` as a set, made on first use: whether a command was answered, and adding
-    one, take a time that does not grow with the ids kept."""
+    """``applied`` as a set, made on first use and handed on to the values made from this one:
+    whether a command was answered takes a time that does not grow with the ids kept (adding
+    one copies the set, a few times cheaper than the scans of the list it saves)."""
 
     def answered(self, command_id: str) -> bool:
         return command_id in self.ids()
