@@ -33,6 +33,7 @@ from tests.support.runtime_harness import (
     cancel,
     checkpoint_resume,
     committed_records,
+    delete,
     invoke,
     resume,
     unique,
@@ -251,7 +252,7 @@ async def test_a_resume_naming_no_agent_of_a_session_without_state_has_nothing_t
     first = invoke(s, "hello", agent="simple")
     await stage.client.send(first)
     await stage.result(first["command_id"])
-    gone = {"type": "delete", "schema_version": 1, "command_id": unique("d"), "session_id": s}
+    gone = delete(s)
     await stage.client.send(gone)
     assert (await stage.result(gone["command_id"]))["deleted"]["existed"] is True
     after = resume(s, payload)

@@ -16,6 +16,7 @@ from tests.support.runtime_harness import (
     Client,
     Cluster,
     committed_records,
+    delete,
     invoke,
     services,
     unique,
@@ -53,16 +54,6 @@ def _same_partition(session_id: str, partitions: int) -> str:
         other = unique("filler")
         if partition_for(other, partitions) == wanted:
             return other
-
-
-def delete(session_id: str, **fields: Any) -> dict[str, Any]:
-    return {
-        "type": "delete",
-        "schema_version": 1,
-        "command_id": unique("d"),
-        "session_id": session_id,
-        **fields,
-    }
 
 
 async def _keys_of(cluster: Cluster, session_id: str) -> list[bytes]:

@@ -341,10 +341,19 @@ def resume(session_id: str, payload: Any, *, command_id: str | None = None) -> d
 
 def cancel(session_id: str, **fields: Any) -> dict[str, Any]:
     """A cancel of the session (its current command unless ``target_command_id`` says which)."""
+    return _command("cancel", "x", session_id, fields)
+
+
+def delete(session_id: str, **fields: Any) -> dict[str, Any]:
+    """A delete of the session."""
+    return _command("delete", "d", session_id, fields)
+
+
+def _command(kind: str, prefix: str, session_id: str, fields: dict[str, Any]) -> dict[str, Any]:
     return {
-        "type": "cancel",
+        "type": kind,
         "schema_version": 1,
-        "command_id": unique("x"),
+        "command_id": unique(prefix),
         "session_id": session_id,
         **fields,
     }
