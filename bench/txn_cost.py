@@ -32,7 +32,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.runtime_bench import broker, cpu_seconds  # noqa: E402
-from service.runtime.transport import KafkaTxnProducer, TxnProducer  # noqa: E402
+from service.runtime.kafka_transport import KafkaTxnProducer  # noqa: E402
+from service.runtime.transport import TxnProducer  # noqa: E402
 from service.runtime.txn_v2 import KafkaTxnV2Producer  # noqa: E402
 from service.runtime.work import OutRecord  # noqa: E402
 from service.settings import KafkaSettings  # noqa: E402

@@ -51,6 +51,7 @@ from service.runtime.partitioning import session_owner
 from service.runtime.records import parse_command
 from service.runtime.restore import Sessions
 from service.runtime.session_queue import SessionQueues
+from service.runtime.stable_starts import stable_starts
 from service.runtime.standby import Standby
 from service.runtime.streams import Streams
 from service.runtime.transactions import (
@@ -60,7 +61,7 @@ from service.runtime.transactions import (
     watch_stable_offsets,
 )
 from service.runtime.transport import InputSource
-from service.runtime.txn_stream import CommitFailedError, GroupFencedError, TransactionStream
+from service.runtime.txn_stream import GroupFencedError, TransactionStream
 from service.runtime.work import CommandWork, InputRecord
 from service.sessions.store import SessionStore
 from service.sessions.table import SqliteTable
@@ -71,7 +72,6 @@ from service.wire.errors import WireError
 logger = logging.getLogger(__name__)
 
 FENCING_ERRORS = (ProducerFenced, InvalidProducerEpoch, GroupFencedError)
-_STABLE_POLL_S = 0.05
 _LAST_COMMIT_S = 2.0
 """Least time the last commit (with the input offsets) gets once the grace period is over."""
 
@@ -230,7 +230,15 @@ class PartitionOwner:
             TopicPartition(topic, self.partition)
             for topic in (self._topics.commands, self._topics.control)
         ]
-        starts = await self._stable_starts(stream, inputs)
+        runtime = settings.runtime
+        starts = await stable_starts(
+            stream,
+            self._ctx.inputs,
+            inputs,
+            partition=self.partition,
+            timeout_s=runtime.transaction_timeout_ms / 1000 + runtime.commit_timeout_s,
+            settle_s=SETTLE_S,
+        )
         written = await repaired_partitions(self._ctx.sessions, self._topics, self.partition)
 
         async def abort(partitions: list[TopicPartition]) -> None:
@@ -373,46 +381,6 @@ class PartitionOwner:
             await self._stop_requested.wait()
             await self._drain()
             raise _StopRequestedError
-
-    async def _stable_starts(
-        self, stream: TransactionStream, inputs: list[TopicPartition]
-    ) -> dict[TopicPartition, int]:
-        """The committed input offsets once no transaction may still move them.
-
-        Offsets stay unstable while the previous owner's transaction that commits them is open.
-        A live owner's transaction ends within moments; one still open after ``SETTLE_S`` belongs
-        to an instance that died or stalled mid-commit, and fencing the producer the committed
-        offsets name (its InitProducerId aborts that transaction) saves waiting for the broker's
-        transaction timeout. Offsets can also stay pending with no transaction left to end them:
-        a broker restart may drop the markers of a transaction it completed, the one to the
-        group's offsets partition among them. Only a marker of the same producer id ends those,
-        so the owner also runs an abort-only transaction with the group's offsets as that
-        producer and as its own (in ``partition`` mode the same id: its own InitProducerId ended
-        nothing). The offsets go back to the last commit whose markers were written; what was
-        read since is read again and answered from the session state, as after any failed
-        commit. Beyond the transaction timeout the owner fails and is re-created.
-        """
-        runtime = self._ctx.settings.runtime
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        deadline = started + runtime.transaction_timeout_ms / 1000 + runtime.commit_timeout_s
-        released: set[str] = set()
-        while (found := await stream.stable_offsets(inputs)) is None:
-            now = loop.time()
-            if now >= deadline:
-                raise CommitFailedError(
-                    f"partition {self.partition}: the input offsets stayed unstable for "
-                    f"{now - started:.0f} s"
-                )
-            if now - started >= SETTLE_S:
-                holders = await stream.committed_metadata(inputs) | {stream.transactional_id}
-                for transactional_id in sorted(holders - released):
-                    await stream.release_offsets(transactional_id)
-                    released.add(transactional_id)
-            await asyncio.sleep(_STABLE_POLL_S)
-        missing = [tp for tp, (offset, _) in found.items() if offset < 0]
-        beginnings = await self._ctx.inputs.beginning_offsets(missing) if missing else {}
-        return {tp: beginnings[tp] if offset < 0 else offset for tp, (offset, _) in found.items()}
 
     async def _drain(self) -> None:
         """Let running steps reach a commit within the grace period; the rest is abandoned.

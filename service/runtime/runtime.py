@@ -30,6 +30,7 @@ from service.runtime.clients import connection_options
 from service.runtime.commit_stats import CommitStats
 from service.runtime.consumer_loop import ConsumerLoop
 from service.runtime.faults import FaultPoints
+from service.runtime.kafka_transport import KafkaInput, KafkaTransport
 from service.runtime.loop_lag import LoopLag
 from service.runtime.partition_owner import InFlight, OwnerContext, OwnerExit, PartitionOwner
 from service.runtime.rebalance import RebalanceListener
@@ -38,7 +39,6 @@ from service.runtime.restore import SessionsReader
 from service.runtime.standby import Standby
 from service.runtime.startup import wait_for_topics
 from service.runtime.streams import InstanceStream, PartitionStreams, Streams
-from service.runtime.transport import KafkaInput, KafkaTransport
 from service.runtime.txn_offset_commit import Membership
 from service.runtime.txn_stream import TransactionStream
 from service.runtime.txn_v2 import KafkaTxnV2Producer

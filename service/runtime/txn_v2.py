@@ -37,13 +37,13 @@ from aiokafka.errors import KafkaError, ProducerFenced
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from service.runtime.clients import connection_options
+from service.runtime.kafka_transport import CoordinatorRequests
 from service.runtime.partitioning import partition_among
 from service.runtime.transport import (
     CONCURRENT_TRANSACTIONS,
     INVALID_PRODUCER_EPOCH,
     PRODUCER_FENCED,
     CommitFailedError,
-    CoordinatorRequests,
     Delivery,
     discard,
 )

@@ -16,7 +16,7 @@ from aiokafka import TopicPartition
 
 from service.agent.definition import AgentDefinition
 from service.agent.provider import ModelChunk, ModelRequest
-from service.runtime import partition_owner, transactions
+from service.runtime import partition_owner, stable_starts, transactions
 from service.runtime.consumer_loop import ConsumerLoop
 from service.runtime.faults import FaultPoints
 from service.runtime.partition_owner import InFlight, OwnerContext, OwnerExit, PartitionOwner
@@ -53,7 +53,7 @@ def shorten_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     """The waits for stable offsets and open transactions, shortened (their length is a broker
     matter; what is tested is what happens after them)."""
     monkeypatch.setattr(partition_owner, "SETTLE_S", 0.02)
-    monkeypatch.setattr(partition_owner, "_STABLE_POLL_S", 0.002)
+    monkeypatch.setattr(stable_starts, "_POLL_S", 0.002)
     monkeypatch.setattr(transactions, "_POLL_S", 0.002)
 
 

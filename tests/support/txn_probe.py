@@ -20,8 +20,8 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
+from service.runtime.kafka_transport import GROUP_COORDINATOR
 from service.runtime.offset_fetch import UNSTABLE_OFFSET_COMMIT, StableOffsetFetch, fetched_all
-from service.runtime.transport import GROUP_COORDINATOR
 from service.runtime.txn_offset_commit import (
     NO_GENERATION,
     GroupTxnOffsetCommit,
