@@ -92,7 +92,11 @@ class Sessions(Protocol):
 
 
 class SessionsReader:
-    """The instance's reader of the sessions topic; :meth:`close` it when the runtime stops."""
+    """The instance's reader of the sessions topic; :meth:`close` it when the runtime stops.
+
+    Restores and the repair's reads share two readers, one at a time. A fork's read of its
+    source has a reader of its own: it reads a whole partition, and restores of the instance's
+    other partitions do not wait for it."""
 
     def __init__(self, kafka: KafkaSettings, topic: str, metrics: Metrics | None = None) -> None:
         self._kafka = kafka
@@ -101,6 +105,8 @@ class SessionsReader:
         self._consumer: AIOKafkaConsumer | None = None
         self._uncommitted: AIOKafkaConsumer | None = None
         self._lock = asyncio.Lock()
+        self._forks: AIOKafkaConsumer | None = None
+        self._forks_lock = asyncio.Lock()
         self._counts: dict[str, int] = {}
 
     async def restore(self, partition: int, table: Table, *, cache_max_bytes: int) -> SessionStore:
@@ -145,11 +151,13 @@ class SessionsReader:
         """Every committed record of ``session_id`` on the sessions topic (head and history
         records, by key, as of the partition's committed end now), read from the partition its
         id maps to (Kafka's default murmur2 partitioner, as for every topic Cairn co-partitions).
-        A full read of that partition: what a fork pays once."""
+        A full read of that partition: what a fork pays once, on a reader of its own."""
         head = session_id.encode()
         mine = history.prefix(session_id)
-        async with self._lock:
-            consumer = await self._committed()
+        async with self._forks_lock:
+            if self._forks is None:
+                self._forks = await _started(self._committed_reader())
+            consumer = self._forks
             found: dict[bytes, bytes] = {}
             try:
                 tp = TopicPartition(
@@ -168,7 +176,7 @@ class SessionsReader:
                         else:
                             found[key] = record.value
             except Exception:
-                self._consumer = None
+                self._forks = None
                 await consumer.stop()
                 raise
             return found
@@ -255,6 +263,10 @@ class SessionsReader:
     async def close(self) -> None:
         async with self._lock:
             await self._close_all()
+        async with self._forks_lock:
+            forks, self._forks = self._forks, None
+            if forks is not None:
+                await forks.stop()
 
     async def _close_all(self) -> None:
         consumers = (self._consumer, self._uncommitted)

@@ -4,14 +4,17 @@ a store its last owner did not close cleanly is not trusted."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 
 from service.agent.state import PendingBatch, SessionState
-from service.runtime.restore import SessionsReader
+from service.runtime import restore
+from service.runtime.restore import SessionsReader, partition_of
 from service.runtime.topics import create_topics
 from service.sessions.store import SessionStore, event_seq_header
 from service.sessions.table import MemoryTable, SqliteTable
@@ -53,22 +56,25 @@ def _steps(sessions: int, steps: int) -> list[tuple[bytes, bytes | None, int]]:
 
 
 async def _produce(
-    bootstrap: str, topic: str, records: list[tuple[bytes, bytes | None, int]]
+    bootstrap: str,
+    topic: str,
+    records: list[tuple[bytes, bytes | None, int]],
+    partition: int = 0,
 ) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
     await producer.start()
     try:
         for key, value, seq in records:
             await producer.send(
-                topic, key=key, value=value, partition=0, headers=[event_seq_header(seq)]
+                topic, key=key, value=value, partition=partition, headers=[event_seq_header(seq)]
             )
         await producer.flush()
     finally:
         await producer.stop()
 
 
-async def _topics(bootstrap: str) -> tuple[TopicSettings, KafkaSettings]:
-    """Fresh topics of one partition each."""
+async def _topics(bootstrap: str, partitions: int = 1) -> tuple[TopicSettings, KafkaSettings]:
+    """Fresh topics of ``partitions`` partitions each."""
     topics = TopicSettings(
         commands=unique("c"),
         control=unique("k"),
@@ -76,7 +82,7 @@ async def _topics(bootstrap: str) -> tuple[TopicSettings, KafkaSettings]:
         events=unique("e"),
         sessions=unique("sessions"),
         dlq=unique("d"),
-        partitions=1,
+        partitions=partitions,
     )
     kafka = KafkaSettings(bootstrap_servers=bootstrap)
     await create_topics(kafka, topics)
@@ -138,7 +144,7 @@ async def test_reads_of_any_topic_leave_no_partition_fetched(
 
     def assigned() -> set[TopicPartition]:
         """What the readers fetch in the background."""
-        readers = (reader._consumer, reader._uncommitted)
+        readers = (reader._consumer, reader._uncommitted, reader._forks)
         return {tp for r in readers if r is not None for tp in r.assignment() - r.paused()}
 
     try:
@@ -160,4 +166,48 @@ async def test_reads_of_any_topic_leave_no_partition_fetched(
         assert assigned() == set()
         table.close()
     finally:
+        await reader.close()
+
+
+async def test_a_restore_does_not_wait_for_a_forks_read(
+    kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork reads the whole partition of its source; meanwhile the instance restores its other
+    partitions (a takeover), which must not wait for that read to end."""
+    topics, kafka = await _topics(kafka_bootstrap, partitions=2)
+    source = partition_of("s1", 2)
+    other = 1 - source
+    records = _steps(sessions=2, steps=3)
+    for partition in (source, other):
+        await _produce(kafka_bootstrap, topics.sessions, records, partition)
+    gate, reading = asyncio.Event(), asyncio.Event()
+    read = restore.KafkaChangelog.read
+
+    async def held(
+        self: restore.KafkaChangelog, tp: TopicPartition, start: int, end: int
+    ) -> AsyncIterator[list[restore.ChangelogRecord]]:
+        if tp.partition == source:
+            reading.set()
+            await gate.wait()
+        async for fetched in read(self, tp, start, end):
+            yield fetched
+
+    monkeypatch.setattr(restore.KafkaChangelog, "read", held)
+    reader = SessionsReader(kafka, topics.sessions)
+    try:
+        fork = asyncio.create_task(reader.session_records("s1"))
+        async with asyncio.timeout(30):
+            await reading.wait()
+        table = SqliteTable(tmp_path / "store", max_age_s=3600)
+        async with asyncio.timeout(10):
+            store = await reader.restore(other, table, cache_max_bytes=1 << 20)
+        assert not fork.done(), "the fork's read is still held"
+        assert store.get("s1") is not None
+        gate.set()
+        async with asyncio.timeout(30):
+            found = await fork
+        assert found.get(b"s1"), "the fork's read found the source's head"
+        table.close()
+    finally:
+        gate.set()
         await reader.close()
