@@ -197,8 +197,9 @@ class PartitionOwner:
             self.exit = OwnerExit.STOPPED
         except* FENCING_ERRORS as group:
             logger.error(
-                "partition=<%d>, reason=<%s> | producer fenced: another instance owns this "
-                "partition now",
+                "partition=<%d>, reason=<%s> | producer fenced: its producer or the group "
+                "membership it commits under is no longer current (another owner, or a "
+                "rebalance)",
                 self.partition,
                 group.exceptions[0],
             )
