@@ -117,7 +117,7 @@ class CancelDesk:
             if running_id is not None and reach.covers(
                 running_id, running.work.record.timestamp_ms
             ):
-                reach.stopped = running_id
+                self._claim_stopped(session_id, reach, running_id)
         self.ledger.read(record.origin.offset)
         return work
 
@@ -143,7 +143,7 @@ class CancelDesk:
             )
             running.signal.cancel(None)
             if running_id is not None:
-                reach.stopped = running_id
+                self._claim_stopped(session_id, reach, running_id)
 
     async def delete(self, work: CommandWork, command: ParsedCommand) -> None:
         """The delete's turn in its session's queue: tombstones for every record of the
@@ -246,10 +246,6 @@ class CancelDesk:
         """Answer a covered command ``cancelled`` without running it."""
         session_id = work.session_id
         held = self._held.of(session_id)
-        for reach in [*self._reach.get(session_id, {}).values(), *(a.reach for a in held)]:
-            if reach.covers(command.command_id, work.record.timestamp_ms):
-                reach.skip(command.command_id)
-        self._forget_target(session_id, command.command_id)
         stored = self._store.get(session_id)
         state = (
             stored.state
@@ -258,7 +254,18 @@ class CancelDesk:
         )
         delivery = stored.delivery if stored is not None else Delivery()
         inflight = state.inflight
-        if inflight is not None and inflight.command_id == command.command_id:
+        left_mid_turn = inflight is not None and inflight.command_id == command.command_id
+        # The earliest cancel that covers it answered it (those answered and held were read
+        # before those still waiting for their turn).
+        for reach in [*(a.reach for a in held), *self._reach.get(session_id, {}).values()]:
+            if reach.covers(command.command_id, work.record.timestamp_ms):
+                if left_mid_turn:
+                    self._claim_stopped(session_id, reach, command.command_id)
+                else:
+                    reach.skip(command.command_id)
+                break
+        self._forget_target(session_id, command.command_id)
+        if left_mid_turn:
             # It ran up to a boundary before a crash: close its turn as a cancel there would have.
             result, state = resolve_cancel(state, None)
             delivery = delivery.finished(command.command_id)
@@ -290,6 +297,14 @@ class CancelDesk:
             self._submit(
                 Outcome(records=[record], state=write, finished=[work.record.origin], results=1)
             )
+
+    def _claim_stopped(self, session_id: str, reach: CancelReach, command_id: str) -> None:
+        """``reach`` stopped ``command_id``, unless an earlier cancel of the session did."""
+        held = (answer.reach for answer in self._held.of(session_id))
+        for other in [*held, *self._reach.get(session_id, {}).values()]:
+            if other is not reach and other.stopped == command_id:
+                return
+        reach.stopped = reach.stopped or command_id
 
     def _cover(self, session_id: str, timestamp_ms: int) -> int:
         covered = max(self._covers_until.pop(session_id, -1), timestamp_ms)

@@ -142,14 +142,24 @@ async def test_a_delete_stops_the_running_invocation_and_skips_what_was_queued(
             running = invoke(session, "go", agent="slowtools")
             queued = invoke(session, "after", agent="simple")
             erase = delete(session)
+            again = delete(session)
             later = invoke(session, "new life", agent="simple")
             await client.send(running)
             await wait_for(lambda: bool(cluster.tool_calls()), 30, "slow tool", alive=proc)
-            await client.send(queued, erase, later)
+            await client.send(queued, erase, again, later)
             result = await client.result(erase["command_id"], alive=proc)
             assert result["deleted"]["existed"] is True
             assert result["deleted"]["stopped"] == running["command_id"]
             assert result["deleted"]["skipped"] == [queued["command_id"]]
+            # The second delete, read while the first was waiting its turn, found nothing left:
+            # what the first stopped and skipped is the first's alone.
+            second = await client.result(again["command_id"], alive=proc)
+            assert second["deleted"] == {
+                "existed": False,
+                "records": 0,
+                "stopped": None,
+                "skipped": [],
+            }
             stopped = await client.result(running["command_id"], alive=proc)
             assert stopped["stop_reason"] == "cancelled"
             skipped = await client.result(queued["command_id"], alive=proc)

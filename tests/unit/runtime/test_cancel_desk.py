@@ -403,6 +403,51 @@ async def test_a_running_invocation_is_answered_before_the_cancel_that_stopped_i
     assert _results(t)["x0"]["cancel"] == {"stopped": "c", "skipped": ["q"], "resolved": None}
 
 
+async def test_what_an_earlier_cancel_stopped_and_skipped_is_not_named_by_a_later_one() -> None:
+    t = _Desk()
+    gate = asyncio.Event()
+
+    async def handler(item: CommandWork) -> None:
+        await gate.wait()
+        t.outcomes.append(Outcome(records=[_stub_result(item.command.command_id)]))
+
+    async with asyncio.TaskGroup() as tasks:
+        queues = SessionQueues(tasks, t.path(handler).handle)
+        queues.put(_command("c", 1, ts=90))
+        await asyncio.sleep(0)
+        queues.put(_command("q", 2, ts=95))
+        queues.put(t.desk.read(*_cancel(0, ts=100)))
+        queues.put(t.desk.read(*_cancel(1, ts=110)))
+        gate.set()
+        await queues.wait_idle()
+    await asyncio.sleep(0)
+    assert t.answered() == [
+        ("c", "cancelled"),
+        ("q", "cancelled"),
+        ("x0", "cancelled"),
+        ("x1", "cancelled"),
+    ]
+    results = _results(t)
+    assert results["x0"]["cancel"] == {"stopped": "c", "skipped": ["q"], "resolved": None}
+    assert results["x1"]["cancel"] == {"stopped": None, "skipped": [], "resolved": None}
+
+
+async def test_a_command_left_mid_turn_skipped_before_its_cancel_is_named_stopped() -> None:
+    # The previous owner left "c" at a boundary; the next one reads "c" and then the cancel,
+    # and "c" takes its turn while the cancel waits for its own.
+    inflight = Inflight("c", "after_model", 0)
+    state = SessionState(session_id="s", agent="a", inflight=inflight)
+    store = SessionStore()
+    store.put("s", StoredSession(state, delivery=Delivery(inflight_published_ms=90)))
+    t = _Desk(store)
+    command = _command("c", 1, ts=90)
+    cancel = t.desk.read(*_cancel(0, ts=100))
+    await _route_as_one_fetch(t, command, _command("q", 2, ts=95), cancel)
+    assert t.answered() == [("c", "cancelled"), ("q", "cancelled"), ("x0", "cancelled")]
+    assert t.ran == []
+    assert _results(t)["x0"]["cancel"] == {"stopped": "c", "skipped": ["q"], "resolved": None}
+
+
 def _stub_result(command_id: str) -> OutRecord:
     body = {"command_id": command_id, "stop_reason": "cancelled"}
     return OutRecord(TOPICS.results, b"s", orjson.dumps(body))
