@@ -9,7 +9,8 @@ partition is its one writer: it reads the source's committed records from the se
 commits the new session's records, its result and the command's offset in one transaction. A
 fork into a session that exists is refused ``session_exists``; one from a version not kept
 (never reached, compacted away or deleted, or a source that does not exist) is refused
-``version_unavailable``; neither refusal writes the new session. The source is never written.
+``version_unavailable``; a refusal records only its command id, never a conversation. The
+source is never written. A ``history`` records its command id, as a refusal does.
 """
 
 from __future__ import annotations
@@ -113,8 +114,9 @@ class SessionVersions:
             await self.fork(work, command)
 
     def history(self, work: CommandWork, command: ParsedCommand) -> None:
-        """Answer a page of the session's versions (none for a session without state); it
-        writes no state, so its offset is committed with it."""
+        """Answer a page of the session's versions (none for a session without state), and
+        record the command as applied (as a refusal is), so it is answered once even when it
+        is published again, and a cancel naming it later finds it answered."""
         stored = self._store.get(command.session_id)
         entries = stored.versions if stored is not None else []
         limit = min(int(command.options.get("limit") or HISTORY_PAGE_MAX), HISTORY_PAGE_MAX)
@@ -131,9 +133,15 @@ class SessionVersions:
             headers=work.trace,
             max_bytes=self._max_bytes,
         )
+        delivery = stored.delivery if stored is not None else Delivery()
+        write = self._writer.write(
+            state_before(stored, command.session_id),
+            stored.event_seq if stored is not None else 0,
+            delivery.applying(command.command_id),
+        )
         self._metrics.command(command.type, "ok")
         self._submit(
-            Outcome(records=[record], finished=[work.record.origin], results=1, replay_unsafe=True)
+            Outcome(records=[record], state=write, finished=[work.record.origin], results=1)
         )
 
     async def fork(self, work: CommandWork, command: ParsedCommand) -> None:
@@ -154,9 +162,9 @@ class SessionVersions:
                 version,
                 exc.code,
             )
-            # A refusal leaves no session behind where there was none.
-            keeps = state_before(stored, target) if stored is not None else None
-            self._answers.error(work, _code(exc), exc.message, keeps=keeps)
+            # Recorded as any refusal is (answered once even when published again); a state
+            # that holds only command ids is no session, so a later fork may still create it.
+            self._answers.error(work, _code(exc), exc.message, keeps=state_before(stored, target))
             return
         self._write_fork(work, command, stored, state, (source, version), found)
 

@@ -13,6 +13,7 @@ from tests.support.runtime_harness import (
     Client,
     Cluster,
     ServiceProcess,
+    cancel,
     checkpoint_resume,
     invoke,
     last_session_state,
@@ -153,3 +154,38 @@ async def test_a_fork_at_an_after_model_pause_resumes_on_another_instance_like_i
     source_events = [e for e in events if e["session_id"] == source]
     assert source_events
     assert all(e["version"] == by_command[e["command_id"]] for e in source_events)
+
+
+async def test_histories_and_refused_forks_published_twice_are_answered_once(
+    cluster: Cluster,
+) -> None:
+    """Their command ids are remembered as any command's: a history or a refused fork published
+    again is not answered again, and a cancel naming an answered history leaves it alone."""
+    session, unknown, target = unique("s"), unique("u"), unique("t")
+    with services() as procs:
+        proc = cluster.start()
+        procs.append(proc)
+        await proc.wait_ready()
+        async with Client(cluster) as client:
+            await _ask(client, invoke(session, "hi", agent="simple"), proc)
+            listed, nothing, refused = history(session), history(unknown), fork(session, 99, target)
+            for command in (listed, nothing, refused):
+                await client.send(command, command)
+            late = cancel(session, target_command_id=listed["command_id"])
+            await client.send(late, topic=cluster.topics.control)
+            answer = await client.result(late["command_id"], alive=proc)
+            assert answer["cancel"] == {"stopped": None, "skipped": [], "resolved": None}
+            # Each session's commands are answered in order: these come after the repeats.
+            for then in (history(session), history(unknown), history(target)):
+                await _ask(client, then, proc)
+            assert refused_code(client.results_for(refused["command_id"])) == [
+                "version_unavailable"
+            ]
+            for command in (listed, nothing):
+                (only,) = client.results_for(command["command_id"])
+                assert only["stop_reason"] == "end_turn" and "history" in only
+        assert await proc.terminate() == 0
+
+
+def refused_code(results: list[dict[str, Any]]) -> list[str]:
+    return [result["error"]["code"] for result in results]
