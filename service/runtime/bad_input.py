@@ -58,6 +58,22 @@ def no_agent_refusal(command: ParsedCommand, agent_name: str | None) -> EngineEr
     return CheckpointStaleError(f"checkpoint is not the pause this session issued last: {why}")
 
 
+def foreign_agent_refusal(command: ParsedCommand, stored: StoredSession | None) -> WireError | None:
+    """The refusal of a resume that names an agent other than its session's (a resume continues
+    its session's agent; naming it is a check, never a switch), else ``None``."""
+    session_agent = stored.state.agent if stored is not None else ""
+    if command.type != "resume" or not command.agent or not session_agent:
+        return None
+    if command.agent == session_agent:
+        return None
+    return WireError(
+        f"agent: {command.agent!r} is not the agent of session {command.session_id!r} "
+        f"({session_agent!r}); leave it out or name that one",
+        session_id=command.session_id,
+        command_id=command.command_id,
+    )
+
+
 def classify_refusal(
     work: CommandWork,
     stored: StoredSession | None,

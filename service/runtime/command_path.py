@@ -27,7 +27,7 @@ from service.observability.logs import log_context
 from service.observability.metrics import Metrics
 from service.observability.tracing import current_span, from_headers, span
 from service.runtime.answers import Answers, state_before
-from service.runtime.bad_input import classify_refusal, no_agent_refusal
+from service.runtime.bad_input import classify_refusal, foreign_agent_refusal, no_agent_refusal
 from service.runtime.cancels import CancelDesk
 from service.runtime.faults import FaultPoints, InjectedCommitError
 from service.runtime.forks import SessionVersions
@@ -171,6 +171,9 @@ class CommandPath:
                 # hands every boundary and the result to the committer as it goes.
                 self._cancels.release(work.session_id)
                 stored = self._store.get(work.session_id)
+                if (foreign := foreign_agent_refusal(command, stored)) is not None:
+                    self._reject(work, stored, foreign)
+                    return
                 agent_name = command.agent or (stored.state.agent if stored is not None else None)
                 agent = self._agents.get(agent_name) if agent_name else None
                 if agent is None:

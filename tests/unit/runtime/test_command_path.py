@@ -59,6 +59,7 @@ class Harness:
         engine: FakeEngine | None = None,
         store: SessionStore | None = None,
         owns: Callable[[str], bool] | None = None,
+        agents: tuple[str, ...] = ("a",),
     ) -> None:
         self.store = store if store is not None else SessionStore()
         self.outcomes: list[Outcome] = []
@@ -77,7 +78,7 @@ class Harness:
             invoker=self.engine,
             answers=self.answers,
             submit=self.outcomes.append,
-            agents={"a": AgentDefinition(name="a", model=CycleModel(1))},
+            agents={name: AgentDefinition(name=name, model=CycleModel(1)) for name in agents},
             topics=TOPICS,
             metrics=self.metrics,
             owns=owns,
@@ -363,4 +364,22 @@ async def test_a_command_naming_no_agent_hosted_is_unknown_agent_even_without_st
     assert answer["error"] == {
         "code": "unknown_agent",
         "message": "agent 'gone' is not hosted here",
+    }
+
+
+async def test_a_resume_naming_another_agent_than_its_sessions_is_refused() -> None:
+    t = Harness(store=_applied(), agents=("a", "b"))
+    for command_id, agent in (("other", "b"), ("same", "a"), ("left-out", None)):
+        parsed = ParsedCommand(
+            type="resume", command_id=command_id, session_id="s", agent=agent, input=[]
+        )
+        await t.path.handle(CommandWork(_record(TOPICS.commands, 1, 100), "s", parsed))
+    # Naming the session's own agent, or none, continues it; naming another is refused.
+    assert t.engine.ran == ["same", "left-out"]
+    [answer] = t.results()
+    assert answer["command_id"] == "other"
+    assert answer["error"] == {
+        "code": "invalid_command",
+        "message": "agent: 'b' is not the agent of session 's' ('a'); leave it out or name "
+        "that one",
     }

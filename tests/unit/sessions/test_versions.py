@@ -14,7 +14,7 @@ from service.agent.types import Checkpoint, Message
 from service.runtime.answers import Answers
 from service.runtime.cancels import CancelDesk
 from service.runtime.command_path import CommandPath
-from service.runtime.forks import SessionVersions, source_state
+from service.runtime.forks import SessionVersions, exists, source_state
 from service.runtime.records import ParsedCommand
 from service.runtime.work import CommandWork, InputRecord, Origin, Outcome
 from service.sessions import history
@@ -258,7 +258,9 @@ async def test_a_fork_of_a_version_not_kept_is_refused_and_leaves_no_session() -
     await desk.send("fork", "f", "k1", source_session_id="s", version=1)
     result = desk.last_result()
     assert result["error"]["code"] == VersionUnavailableError.code == "version_unavailable"
-    assert desk.outcomes[-1].state is None and desk.store.get("f") is None
+    # Only the refused command's id is kept (it is answered once), which is no session.
+    stored = desk.store.get("f")
+    assert stored is not None and not exists(stored) and stored.delivery.answered("k1")
     # The same target may be forked once the version asked for is one kept.
     await desk.send("fork", "f", "k2", source_session_id="s", version=4)
     assert desk.last_result()["forked_from"] == {"session_id": "s", "version": 4}
