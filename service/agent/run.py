@@ -128,6 +128,10 @@ class InvocationRun:
             for interrupt in ws.pending.interrupts:
                 if interrupt.id in p.answers:
                     interrupt.response = p.answers[interrupt.id]
+        if p.kind in ("resume", "answers"):
+            # What a resume sets holds for the rest of its turn, as an invoke's does.
+            ws.turn_checkpointing = p.checkpointing
+            ws.turn_limits = p.limits.to_dict()
 
     def tripped_limit(self, limits: Limits) -> tuple[StopReason, ErrorInfo | None] | None:
         turn = self.ws.turn_metrics

@@ -98,6 +98,17 @@ InvocationState = Annotated[
 TurnLimits = Annotated[
     Limits | None, Field(description="Bounds of the turn; absent means the agent's limits.")
 ]
+ResumeCheckpointing = Annotated[
+    bool | None,
+    Field(
+        description="Pause at checkpoints for the rest of this turn; absent means as the turn "
+        "does (its invoke's setting, else the agent's default)."
+    ),
+]
+ResumeLimits = Annotated[
+    Limits | None,
+    Field(description="Bounds for the rest of this turn; absent means the turn's bounds."),
+]
 
 
 class ResumeCommand(_Command):
@@ -107,8 +118,8 @@ class ResumeCommand(_Command):
     resume: ResumeInput
     agent: Id | None = None
     """Optional; when given it must name the session's agent."""
-    checkpointing: Checkpointing = None
-    limits: TurnLimits = None
+    checkpointing: ResumeCheckpointing = None
+    limits: ResumeLimits = None
     invocation_state: InvocationState = None
     metadata: JsonObject = Field(default_factory=dict)
     """Any JSON object, echoed unchanged in the result."""

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from engine_helpers import (
     add,
+    answers,
     approve,
     call,
     check_history,
@@ -172,6 +173,20 @@ async def test_invocation_checkpointing_overrides_agent_default_and_sticks_to_th
     assert out.stop == "checkpoint"
     out = await invoke(agent, out.state, resume(out))
     assert out.stop == "checkpoint", "a resume without the flag keeps the turn's checkpointing"
+
+
+async def test_a_resumes_checkpointing_sticks_to_the_rest_of_its_turn() -> None:
+    agent = make_agent([call("approve", action="deploy"), "done"], checkpointing=False)
+    out = await invoke(agent, new_state(), "deploy")
+    assert out.stop == "interrupt"
+    (interrupt,) = out.result.interrupts or []
+    out = await invoke(
+        agent, roundtrip(out.state), answers((interrupt.id, "yes")), checkpointing=True
+    )
+    assert out.stop == "checkpoint" and out.checkpoint is not None
+    assert out.checkpoint["position"] == "after_tools"
+    out = await invoke(agent, roundtrip(out.state), resume(out))
+    assert out.stop == "end_turn", "the checkpoint it issued resumes without the flag again"
 
 
 async def test_resume_with_checkpointing_off_is_rejected() -> None:
