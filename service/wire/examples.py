@@ -111,7 +111,7 @@ ERROR_MESSAGES: dict[ErrorCode, str] = {
     "context_overflow": "the model's context window is exceeded and the context cannot be "
     "reduced further (strategy sliding_window, 3 messages sent): anthropic: HTTP 400 "
     "invalid_request_error: prompt is too long: 212731 tokens > 200000 maximum",
-    "limit_exceeded": "the turn exceeded max_cycles=8",
+    "limit_exceeded": "turn deadline of 120.0s passed",
     "version_unavailable": "version 3 of session 'support-4711' is not kept (never reached, "
     "compacted away or deleted)",
     "session_exists": "session 'support-4711-b' already exists",
@@ -454,24 +454,24 @@ def _events() -> dict[str, tuple[str, Any]]:
     return {
         "event.text_delta/text-delta": (
             "event.text_delta",
-            TextDeltaEvent(seq=0, text="Let me look up ", version=1, **common),
+            TextDeltaEvent(seq=1, text="Let me look up ", version=1, **common),
         ),
         "event.model_message/model-message": (
             "event.model_message",
             ModelMessageEvent.model_validate(
-                {**common, "seq": 1, "version": 1, "message": LOOKUP_MESSAGE}
+                {**common, "seq": 2, "version": 1, "message": LOOKUP_MESSAGE}
             ),
         ),
         "event.checkpoint_reached/after-model": (
             "event.checkpoint_reached",
             CheckpointReachedEvent(
-                seq=2, position="after_model", cycle_index=0, paused=True, version=1, **common
+                seq=3, position="after_model", cycle_index=0, paused=True, version=1, **common
             ),
         ),
         "event.tool_started/tool-started": (
             "event.tool_started",
             ToolStartedEvent(
-                seq=3,
+                seq=4,
                 tool_use_id=LOOKUP_ID,
                 name="lookup_order",
                 version=2,
@@ -482,7 +482,7 @@ def _events() -> dict[str, tuple[str, Any]]:
         "event.tool_finished/tool-finished": (
             "event.tool_finished",
             ToolFinishedEvent(
-                seq=4,
+                seq=5,
                 tool_use_id=LOOKUP_ID,
                 name="lookup_order",
                 status="success",
