@@ -247,20 +247,15 @@ async def test_an_answered_cancel_covers_older_commands_first_read_by_the_next_o
 
 
 async def test_a_cancel_leaves_the_inflight_marker_of_a_command_published_after_it() -> None:
-    inflight = Inflight("later", "after_model", 0)
-    state = SessionState(session_id="s", agent="a", inflight=inflight)
-    store = SessionStore()
-    store.put("s", StoredSession(state, delivery=Delivery(inflight_published_ms=300)))
-    t = _Desk(store)
+    t = _Desk(_left_mid_turn("later", published_ms=300))
     await t.run(t.desk.read(*_cancel(0, ts=200)))
     stored = t.store.get("s")
-    assert stored is not None and stored.state.inflight == inflight
+    assert stored is not None and stored.state.inflight == Inflight("later", "after_model", 0)
     assert stored.delivery.cancelled_before_ms == 200
     await t.run(_command("later", 1, ts=300))
     assert t.ran == ["later"]  # continues from its boundary, uncancelled
-    covered = SessionState(session_id="s", agent="a", inflight=inflight)
-    store.put("s", StoredSession(covered, delivery=Delivery(inflight_published_ms=150)))
-    t = _Desk(store)
+    # Published before the cancel, it is covered: the cancel resolves the marker.
+    t = _Desk(_left_mid_turn("later", published_ms=150))
     await t.run(t.desk.read(*_cancel(1, ts=200)))
     stored = t.store.get("s")
     assert stored is not None and stored.state.inflight is None
@@ -371,19 +366,16 @@ async def test_a_cancel_read_ahead_of_commands_it_covers_is_answered_after_them(
 
 async def test_a_cancel_read_ahead_of_an_invocation_it_stopped_at_a_takeover() -> None:
     # The previous owner left "c" at a boundary; the next one reads the cancel, then "c".
-    inflight = Inflight("c", "after_model", 0)
-    state = SessionState(session_id="s", agent="a", inflight=inflight)
-    store = SessionStore()
-    store.put("s", StoredSession(state, delivery=Delivery(inflight_published_ms=90)))
-    t = _Desk(store)
+    t = _Desk(_left_mid_turn("c", published_ms=90))
     await _route_as_one_fetch(t, t.desk.read(*_cancel(0, ts=100)), _command("c", 1, ts=90))
     assert t.answered() == [("c", "cancelled"), ("x0", "cancelled")]
     assert t.ran == []
     assert _results(t)["x0"]["cancel"] == {"stopped": "c", "skipped": [], "resolved": None}
 
 
-async def test_a_running_invocation_is_answered_before_the_cancel_that_stopped_it() -> None:
-    t = _Desk()
+async def _behind_running(t: _Desk, queued: Callable[[], list[CommandWork]]) -> None:
+    """Run "c" (published at 90) until what ``queued`` makes, once "c" runs, is read and queued
+    behind it; then let "c" end (answered by its runner) and the rest take their turns."""
     gate = asyncio.Event()
 
     async def handler(item: CommandWork) -> None:
@@ -394,33 +386,30 @@ async def test_a_running_invocation_is_answered_before_the_cancel_that_stopped_i
         queues = SessionQueues(tasks, t.path(handler).handle)
         queues.put(_command("c", 1, ts=90))
         await asyncio.sleep(0)
-        queues.put(t.desk.read(*_cancel(0, ts=100)))
-        queues.put(_command("q", 2, ts=95))
+        for work in queued():
+            queues.put(work)
         gate.set()
         await queues.wait_idle()
     await asyncio.sleep(0)
+
+
+async def test_a_running_invocation_is_answered_before_the_cancel_that_stopped_it() -> None:
+    t = _Desk()
+    await _behind_running(t, lambda: [t.desk.read(*_cancel(0, ts=100)), _command("q", 2, ts=95)])
     assert t.answered() == [("c", "cancelled"), ("q", "cancelled"), ("x0", "cancelled")]
     assert _results(t)["x0"]["cancel"] == {"stopped": "c", "skipped": ["q"], "resolved": None}
 
 
 async def test_what_an_earlier_cancel_stopped_and_skipped_is_not_named_by_a_later_one() -> None:
     t = _Desk()
-    gate = asyncio.Event()
-
-    async def handler(item: CommandWork) -> None:
-        await gate.wait()
-        t.outcomes.append(Outcome(records=[_stub_result(item.command.command_id)]))
-
-    async with asyncio.TaskGroup() as tasks:
-        queues = SessionQueues(tasks, t.path(handler).handle)
-        queues.put(_command("c", 1, ts=90))
-        await asyncio.sleep(0)
-        queues.put(_command("q", 2, ts=95))
-        queues.put(t.desk.read(*_cancel(0, ts=100)))
-        queues.put(t.desk.read(*_cancel(1, ts=110)))
-        gate.set()
-        await queues.wait_idle()
-    await asyncio.sleep(0)
+    await _behind_running(
+        t,
+        lambda: [
+            _command("q", 2, ts=95),
+            t.desk.read(*_cancel(0, ts=100)),
+            t.desk.read(*_cancel(1, ts=110)),
+        ],
+    )
     assert t.answered() == [
         ("c", "cancelled"),
         ("q", "cancelled"),
@@ -435,17 +424,22 @@ async def test_what_an_earlier_cancel_stopped_and_skipped_is_not_named_by_a_late
 async def test_a_command_left_mid_turn_skipped_before_its_cancel_is_named_stopped() -> None:
     # The previous owner left "c" at a boundary; the next one reads "c" and then the cancel,
     # and "c" takes its turn while the cancel waits for its own.
-    inflight = Inflight("c", "after_model", 0)
-    state = SessionState(session_id="s", agent="a", inflight=inflight)
-    store = SessionStore()
-    store.put("s", StoredSession(state, delivery=Delivery(inflight_published_ms=90)))
-    t = _Desk(store)
+    t = _Desk(_left_mid_turn("c", published_ms=90))
     command = _command("c", 1, ts=90)
     cancel = t.desk.read(*_cancel(0, ts=100))
     await _route_as_one_fetch(t, command, _command("q", 2, ts=95), cancel)
     assert t.answered() == [("c", "cancelled"), ("q", "cancelled"), ("x0", "cancelled")]
     assert t.ran == []
     assert _results(t)["x0"]["cancel"] == {"stopped": "c", "skipped": ["q"], "resolved": None}
+
+
+def _left_mid_turn(command_id: str, *, published_ms: int) -> SessionStore:
+    """A store whose session "s" an earlier owner left at a boundary of ``command_id``."""
+    inflight = Inflight(command_id, "after_model", 0)
+    state = SessionState(session_id="s", agent="a", inflight=inflight)
+    store = SessionStore()
+    store.put("s", StoredSession(state, delivery=Delivery(inflight_published_ms=published_ms)))
+    return store
 
 
 def _stub_result(command_id: str) -> OutRecord:
