@@ -95,9 +95,13 @@ class CancelDesk:
                 self._cover(session_id, record.timestamp_ms)
             self.ledger.read(record.origin.offset)
             return work
-        reach = self._reach.setdefault(session_id, {}).setdefault(
-            cancel.command_id, CancelReach(record.timestamp_ms, target)
-        )
+        reaches = self._reach.setdefault(session_id, {})
+        if cancel.command_id in reaches:
+            # Its id read again before its answer (published twice): the first one acts alone,
+            # whatever this one says, and the repeat is answered as one when its turn comes.
+            self.ledger.read(record.origin.offset)
+            return work
+        reach = reaches[cancel.command_id] = CancelReach(record.timestamp_ms, target)
         running = self._running.get(session_id)
         if target is not None:
             self._targets.setdefault(session_id, set()).add(target)

@@ -373,13 +373,17 @@ async def test_a_cancel_read_ahead_of_an_invocation_it_stopped_at_a_takeover() -
     assert _results(t)["x0"]["cancel"] == {"stopped": "c", "skipped": [], "resolved": None}
 
 
-async def _behind_running(t: _Desk, queued: Callable[[], list[CommandWork]]) -> None:
+async def _behind_running(t: _Desk, queued: Callable[[], list[CommandWork]]) -> list[str]:
     """Run "c" (published at 90) until what ``queued`` makes, once "c" runs, is read and queued
-    behind it; then let "c" end (answered by its runner) and the rest take their turns."""
+    behind it; then let "c" end (answered by its runner) and the rest take their turns. Returns
+    the ids of the invocations a cancel signalled."""
     gate = asyncio.Event()
+    signalled: list[str] = []
 
     async def handler(item: CommandWork) -> None:
         await gate.wait()
+        if item.cancel is not None and item.cancel.immediate:
+            signalled.append(item.command_id or "")
         t.outcomes.append(Outcome(records=[_stub_result(item.command.command_id)]))
 
     async with asyncio.TaskGroup() as tasks:
@@ -391,6 +395,7 @@ async def _behind_running(t: _Desk, queued: Callable[[], list[CommandWork]]) -> 
         gate.set()
         await queues.wait_idle()
     await asyncio.sleep(0)
+    return signalled
 
 
 async def test_a_running_invocation_is_answered_before_the_cancel_that_stopped_it() -> None:
@@ -419,6 +424,22 @@ async def test_what_an_earlier_cancel_stopped_and_skipped_is_not_named_by_a_late
     results = _results(t)
     assert results["x0"]["cancel"] == {"stopped": "c", "skipped": ["q"], "resolved": None}
     assert results["x1"]["cancel"] == {"stopped": None, "skipped": [], "resolved": None}
+
+
+async def test_a_cancel_id_read_again_before_its_answer_acts_once_as_first_read() -> None:
+    t = _Desk()
+    first = _cancel(0, ts=100, target_command_id="q")
+    again = (
+        _record(TOPICS.control, 1, 105),
+        first[1].model_copy(update={"target_command_id": None}),
+    )
+    signalled = await _behind_running(
+        t, lambda: [_command("q", 2, ts=95), t.desk.read(*first), t.desk.read(*again)]
+    )
+    # "c" was not signalled: the repeat, untargeted, is not a second cancel.
+    assert signalled == []
+    assert t.answered() == [("c", "cancelled"), ("q", "cancelled"), ("x0", "cancelled")]
+    assert _results(t)["x0"]["cancel"] == {"stopped": None, "skipped": ["q"], "resolved": None}
 
 
 async def test_a_command_left_mid_turn_skipped_before_its_cancel_is_named_stopped() -> None:
