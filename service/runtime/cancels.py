@@ -23,7 +23,7 @@ from service.agent.types import AgentResult
 from service.observability.metrics import Metrics
 from service.runtime.control import CancelReach, ControlLedger, HeldAnswer, HeldAnswers
 from service.runtime.records import ParsedCommand, deleted_record, result_record
-from service.runtime.work import CommandWork, InputRecord, Outcome, OutRecord, StateWrite
+from service.runtime.work import CommandWork, InputRecord, Origin, Outcome, OutRecord, StateWrite
 from service.sessions.delivery import Delivery
 from service.sessions.writer import SessionWriter
 from service.settings import TopicSettings
@@ -64,9 +64,11 @@ class CancelDesk:
         topics: TopicSettings,
         metrics: Metrics | None = None,
         durable: Callable[[], Awaitable[None]] | None = None,
+        settled: Callable[[Origin], Awaitable[None]] | None = None,
     ) -> None:
         self._writer = writer
         self._durable = durable
+        self._settled = settled
         self._store = writer.store
         self._submit = submit
         self._topics = topics
@@ -153,11 +155,16 @@ class CancelDesk:
         """The delete's turn in its session's queue: tombstones for every record of the
         session, and its one result (with its input offset, as no state remembers it).
 
-        It waits for the session's earlier writes to commit, so the local table lists every
-        key they wrote, and for its own, so that nothing of the session is read back from the
-        table before its tombstones are there.
+        No state remembers a delete, so it must never be read again once answered: it waits
+        until every earlier record of its partition is finished (``settled``), and its commit
+        moves the input offsets past it. Read again, it would delete what the session did
+        since and run that again. It also waits for the session's earlier writes to commit, so
+        the local table lists every key they wrote, and for its own, so that nothing of the
+        session is read back from the table before its tombstones are there.
         """
         session_id = work.session_id
+        if self._settled is not None:
+            await self._settled(work.record.origin)
         if self._durable is not None:
             await self._durable()
         reach = self._reach.get(session_id, {}).pop(command.command_id, None)

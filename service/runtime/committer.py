@@ -24,7 +24,7 @@ from service.observability.metrics import Metrics
 from service.runtime.commit_stats import CommitReport
 from service.runtime.offsets import OffsetTracker
 from service.runtime.txn_stream import UNWRITABLE_ERRORS, CommitFailedError, TransactionStream
-from service.runtime.work import Outcome, OutRecord
+from service.runtime.work import Origin, Outcome, OutRecord
 from service.sessions.store import event_seq_header, event_seq_of
 from service.sessions.table import Row
 
@@ -112,6 +112,14 @@ class Committer:
             await self._progress.wait_for(
                 lambda: self._committed >= target and self._offsets_served >= asked
             )
+
+    async def settled_before(self, origin: Origin) -> None:
+        """Wait until every record of ``origin``'s input partition before it is finished and
+        handed to a commit: the commit that then finishes ``origin`` moves the input offsets
+        past it, so no later owner reads it again."""
+        tracker = self._trackers[origin.topic]
+        async with self._progress:
+            await self._progress.wait_for(lambda: tracker.position >= origin.offset)
 
     async def run(self) -> None:
         """Commit forever; raises :class:`CommitFailedError` (or a fencing error) on failure."""

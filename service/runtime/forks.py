@@ -43,9 +43,9 @@ SessionRecords = Callable[[str], Awaitable[dict[bytes, bytes]]]
 
 
 def exists(stored: StoredSession | None) -> bool:
-    """The session has a conversation or a version (a state that only records refused
-    commands does not count: a fork may still create it)."""
-    return stored is not None and bool(stored.versions or stored.state.messages)
+    """The session has a conversation or a version (a state that only remembers command ids
+    does not count: a fork may still create it)."""
+    return stored is not None and stored.exists
 
 
 def refuse_existing(stored: StoredSession | None, target: str) -> None:

@@ -55,6 +55,11 @@ async def expire_idle(
             applied = stored.delivery.applied
             write = writer.delete(session_id)
             idle_s = (now_ms - written_ms) / 1000
+            if not stored.exists:
+                # Only remembered command ids (a refusal's, a history's, a delete's): no
+                # session to announce the end of.
+                submit(Outcome(state=write))
+                continue
             if owns is not None and not owns(session_id):
                 submit(Outcome(state=write))
                 logger.warning(

@@ -312,6 +312,7 @@ class PartitionOwner:
             topics=self._topics,
             metrics=self._ctx.metrics,
             durable=committer.flush,
+            settled=committer.settled_before,
         )
         self._cancels = cancels
         # The claim, before any work: the partition's offsets name this instance's producer from

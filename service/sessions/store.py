@@ -70,6 +70,12 @@ class StoredSession:
     """The last write is committed (a session not yet durable is never evicted)."""
 
     @property
+    def exists(self) -> bool:
+        """It has a conversation or a version: a state that only remembers command ids (those a
+        refusal, a history or a delete answered) is no session yet."""
+        return bool(self.versions or self.state.messages)
+
+    @property
     def last_version(self) -> int | None:
         """The session's newest version (``None`` before its first step)."""
         return int(self.versions[-1]["version"]) if self.versions else None

@@ -20,13 +20,20 @@ class _Idle:
         return False
 
 
-async def test_a_stray_copy_is_deleted_without_an_event() -> None:
+async def test_a_stray_copy_and_a_state_of_ids_only_are_deleted_without_an_event() -> None:
     first = writer_for()
+    said = [{"role": "user", "content": [{"text": "hi"}]}]
     written = [
-        Outcome(state=first.write(SessionState(session_id=sid), 3, Delivery(applied=("c1",))))
-        for sid in ("mine", "stray")
+        Outcome(
+            state=first.write(
+                SessionState(session_id=sid, messages=list(said) if sid != "ids" else []),
+                3,
+                Delivery(applied=("c1",)),
+            )
+        )
+        for sid in ("mine", "stray", "ids")
     ]
-    store = restored(written)  # both last written at time 0: long idle
+    store = restored(written)  # all last written at time 0: long idle
     submitted: list[Outcome] = []
     metrics = Metrics()
     await expire_idle(
@@ -34,13 +41,15 @@ async def test_a_stray_copy_is_deleted_without_an_event() -> None:
         writer_for(store),
         submitted.append,
         _Idle(),  # type: ignore[arg-type]
-        lambda: len(submitted) >= 2,
+        lambda: len(submitted) >= 3,
         EVENTS,
         metrics,
-        owns=lambda session_id: session_id == "mine",
+        owns=lambda session_id: session_id != "stray",
     )
     by_session = {outcome.state.session_id: outcome for outcome in submitted if outcome.state}
-    assert set(by_session) == {"mine", "stray"}
+    assert set(by_session) == {"mine", "stray", "ids"}
+    # Only remembered command ids (a refusal's, a delete's): no session whose end is announced.
+    assert by_session["ids"].records == []
     for outcome in by_session.values():
         assert outcome.state is not None
         assert all(value is None for _, value in outcome.state.records)  # tombstones only

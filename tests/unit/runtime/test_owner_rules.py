@@ -440,3 +440,26 @@ def test_every_call_of_the_owner_failed_in_a_test_above(request: pytest.FixtureR
             "Sessions.committed_tail": "test_owner_left_open.py",
         },
     )
+
+
+def delete_command(index: int, session: str) -> dict[str, Any]:
+    return {"type": "delete", "command_id": f"c{index}", "session_id": session}
+
+
+async def test_a_delete_is_answered_only_with_the_offsets_moved_past_it(tmp_path: Path) -> None:
+    """No state remembers a delete: were it answered while an earlier record of its partition
+    still runs, the offsets could not move past it, and a later owner would read it again and
+    delete what its session did since."""
+    kafka = MemoryKafka()
+    put(kafka, command(0, agent="gated", sessions=3), delete_command(1, "s1"))
+    async with Instance(kafka, tmp_path) as instance:
+        owner, task = instance.owner()
+        await until(lambda: instance.gated.waiting == 1, "c0 running")
+        put(kafka, command(2, sessions=3))  # another session goes on meanwhile
+        await until(lambda: answered(kafka)["c2"] == 1, "c2")
+        assert answered(kafka)["c1"] == 0, "the delete waits for c0"
+        instance.gated.gate.set()
+        await until(lambda: answered(kafka)["c1"] == 1, "the delete")
+        assert committed(kafka) >= 2, "its commit moved the offsets past it"
+        assert await instance.stop(owner, task) is OwnerExit.STOPPED
+    assert answered(kafka) == Counter({"c0": 1, "c1": 1, "c2": 1})
