@@ -81,11 +81,15 @@ def list_agents(source: str, env: Mapping[str, str], *, as_json: bool) -> tuple[
 
 
 def _list(args: argparse.Namespace) -> int:
-    from service.settings import Settings, process_environment
+    from service.serve_cli import START_FAILED, load_settings
+    from service.settings import process_environment
 
     source = args.config
     if source is None:
-        source = Settings().agents
+        settings = load_settings("cairn agents list")
+        if settings is None:
+            return START_FAILED
+        source = settings.agents
     status, output = list_agents(source, process_environment(), as_json=args.json)
     print(output, file=sys.stderr if status else sys.stdout)
     return status

@@ -28,7 +28,7 @@ START_FAILED = 1
 
 def _serve(_: argparse.Namespace) -> int:
     exit_on_early_stop()
-    settings = _settings("cairn serve")
+    settings = load_settings("cairn serve")
     if settings is None:
         return START_FAILED
     from aiokafka.errors import KafkaError
@@ -50,7 +50,7 @@ def _serve(_: argparse.Namespace) -> int:
 
 
 def _topics_create(args: argparse.Namespace) -> int:
-    settings = _settings("cairn topics create")
+    settings = load_settings("cairn topics create")
     if settings is None:
         return START_FAILED
     from service.app import StartError, run_topics_create
@@ -70,7 +70,7 @@ def _topics_create(args: argparse.Namespace) -> int:
     return 0
 
 
-def _settings(command: str) -> Settings | None:
+def load_settings(command: str) -> Settings | None:
     """The settings, or None after one line naming what is wrong with them."""
     try:
         return Settings()

@@ -198,7 +198,7 @@ class Settings(BaseSettings):
     agents: str = "service.demo:agents"
     """The agents hosted: an agents file (``.toml``/``.yaml``) or a registry import path
     ``package.module:attribute``."""
-    health_port: int | None = Field(default=8080, ge=0)
+    health_port: int | None = Field(default=8080, ge=0, le=65535)
     log_level: str = "INFO"
     log_json: bool = True
     log_repeat_limit: int = Field(default=5, ge=0)

@@ -17,6 +17,7 @@ from typing import Any
 
 from service.client import actions, commands
 from service.client.kafka_io import ClientError
+from service.serve_cli import load_settings
 from service.settings import Settings
 
 Action = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
@@ -51,7 +52,7 @@ def _add_common(parser: argparse.ArgumentParser, *, waits: bool) -> None:
             "--wait", action="store_true", help="follow the session until this command's result"
         )
         parser.add_argument(
-            "--timeout", type=float, default=120.0, help="seconds to wait (default: 120)"
+            "--timeout", type=_seconds, default=120.0, help="seconds to wait (default: 120)"
         )
         parser.add_argument("--no-events", action="store_true", help="show only the result")
 
@@ -154,7 +155,7 @@ def _add_no_wait(parser: argparse.ArgumentParser) -> None:
         "--no-wait", action="store_true", help="publish only; do not wait for the result"
     )
     parser.add_argument(
-        "--timeout", type=float, default=120.0, help="seconds to wait (default: 120)"
+        "--timeout", type=_seconds, default=120.0, help="seconds to wait (default: 120)"
     )
 
 
@@ -180,7 +181,8 @@ def register_client_commands(subparsers: Subparsers) -> None:
         "--answer",
         action="append",
         metavar="ID=JSON",
-        help="answer an interrupt (repeatable); a bare JSON answers the only pending one",
+        help="answer an interrupt (repeatable); a bare JSON answers the only pending one; "
+        "plain words go as a string",
     )
     how.add_argument(
         "--supply-result",
@@ -221,7 +223,7 @@ def register_client_commands(subparsers: Subparsers) -> None:
     session_commands = p.add_subparsers(dest="session_command", required=True)
     show = session_commands.add_parser("show", help="state, pause point and last results")
     show.add_argument("session", help="session id")
-    show.add_argument("--results", type=int, default=3, help="how many results (default: 3)")
+    show.add_argument("--results", type=_positive, default=3, help="how many results (default: 3)")
     _add_common(show, waits=False)
     show.set_defaults(handler=run_client_command, client_action=_session_show)
     delete = session_commands.add_parser(
@@ -233,7 +235,7 @@ def register_client_commands(subparsers: Subparsers) -> None:
         "--no-wait", action="store_true", help="publish only; do not wait for the result"
     )
     delete.add_argument(
-        "--timeout", type=float, default=120.0, help="seconds to wait (default: 120)"
+        "--timeout", type=_seconds, default=120.0, help="seconds to wait (default: 120)"
     )
     _add_common(delete, waits=False)
     delete.set_defaults(handler=run_client_command, client_action=_session_delete)
@@ -242,10 +244,10 @@ def register_client_commands(subparsers: Subparsers) -> None:
     )
     listing.add_argument("session", help="session id")
     listing.add_argument(
-        "--limit", type=int, default=20, help="versions per page, 1 to 100 (default: 20)"
+        "--limit", type=_positive, default=20, help="versions per page, 1 to 100 (default: 20)"
     )
     listing.add_argument(
-        "--before", type=int, help="only versions older than this (the next page's cursor)"
+        "--before", type=_positive, help="only versions older than this (the next page's cursor)"
     )
     _add_no_wait(listing)
     _add_common(listing, waits=False)
@@ -254,7 +256,7 @@ def register_client_commands(subparsers: Subparsers) -> None:
         "fork", help="create a new session from a version of this one (left unchanged)"
     )
     fork.add_argument("session", help="the session to fork from")
-    fork.add_argument("--at", type=int, required=True, metavar="V", help="its version")
+    fork.add_argument("--at", type=_positive, required=True, metavar="V", help="its version")
     fork.add_argument(
         "--as", dest="target", required=True, metavar="S2", help="the new session's id"
     )
@@ -263,11 +265,36 @@ def register_client_commands(subparsers: Subparsers) -> None:
     fork.set_defaults(handler=run_client_command, client_action=_session_fork)
 
 
+def _positive(text: str) -> int:
+    """A count or a version given on the command line: a whole number from 1 below 2**63 (a
+    larger one fits no field of the wire, and JSON readers take it for a float)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"{text} is not from 1 to 2**63-1")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """A wait in seconds: a positive number."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return value
+
+
 def run_client_command(args: argparse.Namespace, settings: Settings | None = None) -> int:
     """Run the chosen client subcommand to completion; returns the exit status."""
     action: Action = args.client_action
     if settings is None:
-        settings = Settings()
+        settings = load_settings("cairn")
+        if settings is None:
+            return 2
     # Connection failures become one clear message below; the client library's own log of them
     # would only repeat it with a traceback.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)

@@ -205,7 +205,9 @@ def parse_answers(raw_answers: Sequence[str], pending_ids: Sequence[str]) -> dic
     The id before ``=`` must be a pending one: a mistyped or stale id is refused here rather
     than sent, ``=`` and all, as the text of the only pending interrupt's answer. An argument
     that is JSON as a whole is a bare answer even when it holds ``=`` (``'"a=b"'``). A value that
-    is not JSON is taken as a string, so ``ID=yes`` and ``yes`` work without quoting.
+    is not JSON is taken as a string when it reads as plain text, so ``ID=yes`` and ``yes`` work
+    without quoting; one that looks like JSON gone wrong (empty, starting like an object, list,
+    string or number, or ``True``/``tru``/``nul``...) is refused rather than sent as text.
     """
     if not pending_ids:
         raise CommandInputError("no interrupt is pending: there is nothing to answer")
@@ -214,7 +216,12 @@ def parse_answers(raw_answers: Sequence[str], pending_ids: Sequence[str]) -> dic
         interrupt_id, value = _split_answer(raw, pending_ids)
         try:
             answers[interrupt_id] = orjson.loads(value)
-        except orjson.JSONDecodeError:
+        except orjson.JSONDecodeError as exc:
+            if _broken_json(value):
+                raise CommandInputError(
+                    f"answer {value!r} is not valid JSON ({exc}); quote a text answer as a JSON "
+                    "string, e.g. '\"yes\"'"
+                ) from None
             answers[interrupt_id] = value
     if not answers:
         raise CommandInputError("no answer given")
@@ -237,6 +244,16 @@ def _split_answer(raw: str, pending_ids: Sequence[str]) -> tuple[str, str]:
     if len(pending) != 1:
         raise CommandInputError(f"answer {raw!r} names no interrupt id; pending: {pending}")
     return pending[0], raw
+
+
+def _broken_json(text: str) -> bool:
+    """``text`` (not JSON) was meant as JSON: empty, starting like a JSON value other than a
+    word, or a miscased or cut-short ``true``, ``false`` or ``null``."""
+    stripped = text.strip()
+    if not stripped or stripped[0] in '{["-0123456789':
+        return True
+    lowered = stripped.lower()
+    return any(word.startswith(lowered) for word in ("true", "false", "null")) and len(lowered) > 1
 
 
 def _is_json(text: str) -> bool:

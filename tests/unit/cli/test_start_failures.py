@@ -70,15 +70,24 @@ def _own_lines(stderr: str, command: str) -> list[str]:
         ("CAIRN_KAFKA__SECURITY_PROTOCOL", "TLS", "'PLAINTEXT'"),
         ("CAIRN_LOG_LEVEL", "LOUD", "not a log level"),
         ("CAIRN_HEALTH_PORT", "-1", "greater than or equal to 0"),
+        ("CAIRN_HEALTH_PORT", "99999", "less than or equal to 65535"),
     ],
 )
-@pytest.mark.parametrize("command", [("serve",), ("topics", "create")])
+@pytest.mark.parametrize(
+    ("command", "name", "status"),
+    [
+        (("serve",), "cairn serve", 1),
+        (("topics", "create"), "cairn topics create", 1),
+        (("agents", "list"), "cairn agents list", 1),
+        (("session", "show", "s-1"), "cairn", 2),
+        (("invoke", "--session", "s-1", "hi"), "cairn", 2),
+    ],
+)
 def test_an_invalid_setting_is_one_line_naming_it(
-    command: tuple[str, ...], variable: str, value: str, says: str
+    command: tuple[str, ...], name: str, status: int, variable: str, value: str, says: str
 ) -> None:
     done = _run(*command, **{variable: value})
-    name = f"cairn {' '.join(command)}"
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == status, done.stderr
     assert "Traceback" not in done.stderr
     [line] = done.stderr.splitlines()
     assert line.startswith(f"{name}: invalid setting: {variable}: ")

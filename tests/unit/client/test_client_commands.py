@@ -6,6 +6,7 @@ import orjson
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
+from service.cli import build_parser
 from service.client import commands, render
 from service.client.kafka_io import partition_for
 from service.wire.commands import CancelCommand, InvokeCommand, ResumeCommand
@@ -61,6 +62,21 @@ def test_answers_by_id_or_bare_for_the_only_pending_interrupt() -> None:
     }
     with pytest.raises(commands.CommandInputError, match="names no interrupt id"):
         commands.parse_answers(["true"], ["a:1", "a:2"])
+
+
+@pytest.mark.parametrize(
+    "raw", ["tru", "True", "nul", "FALSE", "", " ", '{"approved": tru', "[1,", '"open', "1.2.3"]
+)
+def test_an_answer_that_is_json_gone_wrong_is_refused_not_sent_as_text(raw: str) -> None:
+    with pytest.raises(commands.CommandInputError, match="is not valid JSON"):
+        commands.parse_answers([raw], [IID])
+    with pytest.raises(commands.CommandInputError, match="is not valid JSON"):
+        commands.parse_answers([f"{IID}={raw}"], [IID])
+
+
+@pytest.mark.parametrize("raw", ["yes", "no", "n", "ship it", "approved, go ahead"])
+def test_a_plain_text_answer_is_sent_as_a_string(raw: str) -> None:
+    assert commands.parse_answers([raw], [IID]) == {IID: raw}
 
 
 @pytest.mark.parametrize("pending", [[IID], [IID, "v1:tool_call:tooluse_3_1:other"]])
@@ -182,3 +198,25 @@ def test_state_shows_the_pause_point_and_pending_interrupts() -> None:
     assert "  paused at: interrupt (answer to continue)" in lines
     assert f"    approval id={IID} reason=null" in lines
     assert "  last applied commands: c1, c2" in lines
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["session", "fork", "s", "--at", "99999999999999999999999", "--as", "t"],
+        ["session", "fork", "s", "--at", "0", "--as", "t"],
+        ["session", "history", "s", "--before", str(2**63)],
+        ["session", "show", "s", "--results", "0"],
+        ["invoke", "--session", "s", "--timeout", "-1", "hi"],
+        ["invoke", "--session", "s", "--timeout", "nan", "hi"],
+    ],
+)
+def test_numbers_no_command_can_carry_are_refused_as_usage_errors(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        build_parser().parse_args(argv)
+    assert caught.value.code == 2
+    [line] = [x for x in capsys.readouterr().err.splitlines() if "error:" in x]
+    flag = next(arg for arg in argv if arg.startswith("--") and arg != "--session")
+    assert f"error: argument {flag}: " in line
