@@ -10,7 +10,7 @@ commits the new session's records, its result and the command's offset in one tr
 fork into a session that exists is refused ``session_exists``; one from a version not kept
 (never reached, compacted away or deleted, or a source that does not exist) is refused
 ``version_unavailable``; a refusal records only its command id, never a conversation. The
-source is never written. A ``history`` records its command id, as a refusal does.
+source is never written. A ``history`` records its command id in a session that has state.
 """
 
 from __future__ import annotations
@@ -115,8 +115,9 @@ class SessionVersions:
 
     def history(self, work: CommandWork, command: ParsedCommand) -> None:
         """Answer a page of the session's versions (none for a session without state), and
-        record the command as applied (as a refusal is), so it is answered once even when it
-        is published again, and a cancel naming it later finds it answered."""
+        record the command as applied in the session's state, so it is answered once even when
+        it is published again, and a cancel naming it later finds it answered. A session
+        without state is left without: a read makes none."""
         stored = self._store.get(command.session_id)
         entries = stored.versions if stored is not None else []
         limit = min(int(command.options.get("limit") or HISTORY_PAGE_MAX), HISTORY_PAGE_MAX)
@@ -133,13 +134,20 @@ class SessionVersions:
             headers=work.trace,
             max_bytes=self._max_bytes,
         )
-        delivery = stored.delivery if stored is not None else Delivery()
+        self._metrics.command(command.type, "ok")
+        if stored is None:
+            # A read makes no session: answered once because its offset commits with it.
+            self._submit(
+                Outcome(
+                    records=[record], finished=[work.record.origin], results=1, replay_unsafe=True
+                )
+            )
+            return
         write = self._writer.write(
             state_before(stored, command.session_id),
-            stored.event_seq if stored is not None else 0,
-            delivery.applying(command.command_id),
+            stored.event_seq,
+            stored.delivery.applying(command.command_id),
         )
-        self._metrics.command(command.type, "ok")
         self._submit(
             Outcome(records=[record], state=write, finished=[work.record.origin], results=1)
         )

@@ -159,8 +159,9 @@ async def test_a_fork_at_an_after_model_pause_resumes_on_another_instance_like_i
 async def test_histories_and_refused_forks_published_twice_are_answered_once(
     cluster: Cluster,
 ) -> None:
-    """Their command ids are remembered as any command's: a history or a refused fork published
-    again is not answered again, and a cancel naming an answered history leaves it alone."""
+    """Their command ids are remembered as any command's: a history of a session with state or a
+    refused fork published again is not answered again, and a cancel naming an answered history
+    leaves it alone."""
     session, unknown, target = unique("s"), unique("u"), unique("t")
     with services() as procs:
         proc = cluster.start()
@@ -181,9 +182,11 @@ async def test_histories_and_refused_forks_published_twice_are_answered_once(
             assert refused_code(client.results_for(refused["command_id"])) == [
                 "version_unavailable"
             ]
-            for command in (listed, nothing):
-                (only,) = client.results_for(command["command_id"])
-                assert only["stop_reason"] == "end_turn" and "history" in only
+            (only,) = client.results_for(listed["command_id"])
+            assert only["stop_reason"] == "end_turn" and "history" in only
+            # A session without state stays without (a read makes none): each one is answered.
+            pages = client.results_for(nothing["command_id"])
+            assert [page["history"]["versions"] for page in pages] == [[], []]
         assert await proc.terminate() == 0
 
 

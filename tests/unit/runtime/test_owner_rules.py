@@ -426,22 +426,6 @@ async def test_a_failure_at_any_call_of_the_owner_fails_it_and_loses_nothing(
     assert fired
 
 
-def test_every_call_of_the_owner_failed_in_a_test_above(request: pytest.FixtureRequest) -> None:
-    assert_every_call_failed(
-        request,
-        Transport,
-        TxnProducer,
-        GroupOffsets,
-        Sessions,
-        InputSource,
-        elsewhere={
-            **{f"InputSource.{c.removeprefix('input.')}": "the loop's" for c in LOOP_CALLS},
-            "Sessions.partition_for": "test_owner_left_open.py",
-            "Sessions.committed_tail": "test_owner_left_open.py",
-        },
-    )
-
-
 def delete_command(index: int, session: str) -> dict[str, Any]:
     return {"type": "delete", "command_id": f"c{index}", "session_id": session}
 
@@ -463,3 +447,19 @@ async def test_a_delete_is_answered_only_with_the_offsets_moved_past_it(tmp_path
         assert committed(kafka) >= 2, "its commit moved the offsets past it"
         assert await instance.stop(owner, task) is OwnerExit.STOPPED
     assert answered(kafka) == Counter({"c0": 1, "c1": 1, "c2": 1})
+
+
+def test_every_call_of_the_owner_failed_in_a_test_above(request: pytest.FixtureRequest) -> None:
+    assert_every_call_failed(
+        request,
+        Transport,
+        TxnProducer,
+        GroupOffsets,
+        Sessions,
+        InputSource,
+        elsewhere={
+            **{f"InputSource.{c.removeprefix('input.')}": "the loop's" for c in LOOP_CALLS},
+            "Sessions.partition_for": "test_owner_left_open.py",
+            "Sessions.committed_tail": "test_owner_left_open.py",
+        },
+    )
