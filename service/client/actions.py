@@ -47,8 +47,9 @@ async def _send_and_follow(
 ) -> int:
     """Publish ``command``; with a wait, print its session's progress until the awaited result.
 
-    ``answers_command`` is the command id whose result ends the wait; None means the session's
-    next result, whichever command it answers (used for cancels).
+    ``answers_command`` is the command id whose result ends the wait. A cancel's own result
+    comes after those of the commands it covers: the session's results before it are printed
+    as they come.
     """
     topics = settings.topics
     topic = topics.control if isinstance(command, CancelCommand) else topics.commands
@@ -65,7 +66,12 @@ async def _send_and_follow(
         try:
             async with asyncio.timeout(options.timeout_s):
                 return await _follow(
-                    follower, command.command_id, answers_command, write, options.connection
+                    follower,
+                    command.command_id,
+                    answers_command,
+                    write,
+                    options.connection,
+                    others=isinstance(command, CancelCommand),
                 )
         except TimeoutError:
             awaited = f"command {answers_command}" if answers_command else "the session"
@@ -81,8 +87,11 @@ async def _follow(
     answers_command: str | None,
     write: Write,
     connection: Sequence[str] = (),
+    *,
+    others: bool = False,
 ) -> int:
     """Print the command's events until the awaited result, then the result; returns the status.
+    With ``others``, the session's other results on the way are printed too.
 
     Events and their result are committed together but live on two topics, so once the result
     is seen the events partition is read up to its end before the result is printed.
@@ -103,11 +112,14 @@ async def _follow(
         for seen in batch:
             if seen.body is None or not _is_result(seen):
                 continue
-            if answers_command is None or seen.body.get("command_id") == answers_command:
+            if seen.body.get("command_id") == answers_command:
                 show_events(await follower.scan())
                 for line in render.result_lines(seen.body, connection):
                     write(line)
                 return _exit_code(seen.body)
+            if others:
+                for line in render.result_lines(seen.body, connection):
+                    write(line)
 
 
 async def invoke(
@@ -203,7 +215,7 @@ async def cancel(
         command_id=command_id,
     )
     return await _send_and_follow(
-        settings, command, options, write, answers_command=target_command_id
+        settings, command, options, write, answers_command=command.command_id
     )
 
 

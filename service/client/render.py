@@ -150,6 +150,23 @@ def deleted_line(result: dict[str, Any]) -> str:
     return line
 
 
+def cancel_line(result: dict[str, Any]) -> str:
+    """What a cancel covered, from the ``cancel`` report of its own result."""
+    report = result.get("cancel") or {}
+    stopped, skipped = report.get("stopped"), report.get("skipped") or []
+    resolved = report.get("resolved")
+    if not stopped and not skipped and not resolved:
+        return "cancelled nothing: the session was idle, or running what it does not cover"
+    parts = []
+    if stopped:
+        parts.append(f"stopped {stopped}")
+    if skipped:
+        parts.append(f"skipped {_ids(skipped)}")
+    if resolved:
+        parts.append(f"resolved the {resolved} pause")
+    return "cancel: " + "; ".join(parts)
+
+
 def version_line(entry: dict[str, Any]) -> str:
     """One version of a ``history`` page."""
     where = entry.get("stop_reason") or "running on"
@@ -210,6 +227,8 @@ def result_lines(result: dict[str, Any], connection: Sequence[str] = ()) -> list
         lines.append(f"  error: {error.get('code')}: {error.get('message')}")
     if isinstance(result.get("deleted"), dict):
         lines.append("  " + deleted_line(result))
+    if isinstance(result.get("cancel"), dict):
+        lines.append("  " + cancel_line(result))
     forked = result.get("forked_from")
     if isinstance(forked, dict):
         lines.append(

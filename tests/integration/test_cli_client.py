@@ -241,7 +241,11 @@ async def test_cancel_stops_a_running_slow_job(
             "30",
         )
         assert rc == 0, out + err
-        assert "stop_reason=cancelled" in out
+        # The stopped job's result first, then the cancel's own, saying what it covered.
+        results = [line for line in out.splitlines() if line.startswith("result ")]
+        assert [f"command={s}-job" in line for line in results] == [True, False], out
+        assert all("stop_reason=cancelled" in line for line in results)
+        assert f"  cancel: stopped {s}-job" in out
         rc, out, err = await invoking
         assert rc == 0, out + err
         assert "stop_reason=cancelled" in out
