@@ -15,6 +15,7 @@ import contextlib
 import gc
 import logging
 import signal
+import tempfile
 from collections.abc import Mapping
 
 from aiokafka.errors import KafkaError
@@ -37,7 +38,25 @@ class StartError(RuntimeError):
     the operator, never a traceback."""
 
 
+def check_store_dir(settings: Settings) -> None:
+    """The local store's folder can be made and written to (each partition's owner creates its
+    files there); else a :class:`StartError`, before the instance joins the group."""
+    root = settings.sessions.store_dir
+    if root is None:
+        return
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=root, prefix=".cairn-probe-"):
+            pass
+    except OSError as exc:
+        raise StartError(
+            f"the local store's folder {str(root)!r} cannot be used (CAIRN_SESSIONS__STORE_DIR): "
+            f"{exc.strerror or exc}"
+        ) from None
+
+
 async def serve(settings: Settings) -> None:
+    check_store_dir(settings)
     agents = load_agents(settings.agents, process_environment())
     _tune_gc()
     ops = Operability(port=settings.health_port)

@@ -95,6 +95,17 @@ def test_an_invalid_setting_is_one_line_naming_it(
     assert value not in done.stderr.replace(variable, ""), "the value is never echoed"
 
 
+def test_a_store_folder_that_cannot_be_used_is_one_line_naming_it(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    folder = blocker / "store"  # under a file: no folder can be made there
+    done = _run("serve", CAIRN_SESSIONS__STORE_DIR=str(folder))
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    [line] = _own_lines(done.stderr, "cairn serve")
+    assert str(folder) in line and "CAIRN_SESSIONS__STORE_DIR" in line
+
+
 def test_a_secret_is_never_echoed_in_a_settings_error() -> None:
     done = _run(
         "serve",
