@@ -232,7 +232,7 @@ def test_image_entrypoint_is_the_cli_and_the_healthcheck_probes_livez() -> None:
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     entry = [_exec_form(rest) for keyword, rest in stage if keyword == "ENTRYPOINT"]
     assert entry and entry[-1] == ["cairn"]
-    assert scripts["cairn"] == "service.cli:main"
+    assert scripts["cairn"] == "service.console:main"
     cmd = [_exec_form(rest) for keyword, rest in stage if keyword == "CMD"]
     assert cmd and cmd[-1] == ["serve"]
     healthcheck = [rest for keyword, rest in stage if keyword == "HEALTHCHECK"]

@@ -42,3 +42,19 @@ def test_without_it_the_same_signals_kill_the_process_or_print_a_traceback() -> 
     done = _run(script, "SIGINT")
     assert done.returncode != 0
     assert "Traceback" in done.stderr and "KeyboardInterrupt" in done.stderr
+
+
+def test_the_console_script_entry_imports_nothing_heavy_before_the_handlers() -> None:
+    """The ``cairn`` script imports its entry module before calling it: that import must not
+    pull in the command line (seconds of imports during which a stop would kill the process)."""
+    script = (
+        "import sys, signal\n"
+        "import service.console\n"
+        "heavy = [m for m in ('service.cli', 'aiokafka', 'pydantic') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 0, done.stderr
