@@ -79,6 +79,10 @@ class CancelDesk:
         self._running: dict[str, _Running] = {}
         self._reach: dict[str, dict[str, CancelReach]] = {}
         self._stateless: dict[tuple[str, str], None] = {}
+        self._control_read = 0
+        """The control offset after the last cancel read (where a delete read now waits for
+        the control partition's offsets to be)."""
+        self._control_before: dict[Origin, int] = {}
 
     @property
     def ledger(self) -> ControlLedger:
@@ -89,6 +93,7 @@ class CancelDesk:
         """Take a cancel as it is read: signal what it stops now; the work answers it in order."""
         session_id = cancel.session_id
         work = CommandWork(record, session_id, cancel)
+        self._control_read = max(self._control_read, record.origin.offset + 1)
         target = cancel.target_command_id
         if self._answered(session_id, cancel.command_id):
             if target is None:
@@ -133,6 +138,7 @@ class CancelDesk:
         session_id = work.session_id
         command_id = command.command_id
         timestamp_ms = work.record.timestamp_ms
+        self._control_before[work.record.origin] = self._control_read
         reach = self._reach.setdefault(session_id, {}).setdefault(
             command_id, CancelReach(timestamp_ms, None)
         )
@@ -158,13 +164,19 @@ class CancelDesk:
         No state remembers a delete, so it must never be read again once answered: it waits
         until every earlier record of its partition is finished (``settled``), and its commit
         moves the input offsets past it. Read again, it would delete what the session did
-        since and run that again. It also waits for the session's earlier writes to commit, so
+        since and run that again. The same holds for the cancels read before it, whose answers
+        the session's state remembered until the delete: it waits until their control
+        offsets are committed too. It also waits for the session's earlier writes to commit, so
         the local table lists every key they wrote, and for its own, so that nothing of the
         session is read back from the table before its tombstones are there.
         """
         session_id = work.session_id
+        origin = work.record.origin
+        control_before = self._control_before.pop(origin, 0)
         if self._settled is not None:
-            await self._settled(work.record.origin)
+            await self._settled(origin)
+            control = Origin(self._topics.control, origin.partition, control_before)
+            await self._settled(control)
         if self._durable is not None:
             await self._durable()
         reach = self._reach.get(session_id, {}).pop(command.command_id, None)

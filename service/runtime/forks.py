@@ -26,7 +26,7 @@ from service.agent.types import AgentResult
 from service.observability.metrics import Metrics
 from service.runtime.answers import Answers, state_before
 from service.runtime.records import ParsedCommand, history_record, result_record
-from service.runtime.work import CommandWork, Outcome
+from service.runtime.work import CommandWork, Origin, Outcome
 from service.sessions import history
 from service.sessions.delivery import Delivery
 from service.sessions.store import SessionStore, StoredSession
@@ -96,7 +96,9 @@ class SessionVersions:
         session_records: SessionRecords,
         max_bytes: int,
         metrics: Metrics | None = None,
+        settled: Callable[[Origin], Awaitable[None]] | None = None,
     ) -> None:
+        self._settled = settled
         self._store = store
         self._writer = writer
         self._answers = answers
@@ -109,15 +111,17 @@ class SessionVersions:
     async def answer(self, work: CommandWork, command: ParsedCommand) -> None:
         """Answer a ``history`` or a ``fork``."""
         if command.type == "history":
-            self.history(work, command)
+            await self.history(work, command)
         else:
             await self.fork(work, command)
 
-    def history(self, work: CommandWork, command: ParsedCommand) -> None:
+    async def history(self, work: CommandWork, command: ParsedCommand) -> None:
         """Answer a page of the session's versions (none for a session without state), and
         record the command as applied in the session's state, so it is answered once even when
         it is published again, and a cancel naming it later finds it answered. A session
-        without state is left without: a read makes none."""
+        without state is left without (a read makes none): nothing would recognise its record
+        read again, so it is answered once every earlier record of its partition is finished,
+        in a commit that moves the offsets past it (``settled``)."""
         stored = self._store.get(command.session_id)
         entries = stored.versions if stored is not None else []
         limit = min(int(command.options.get("limit") or HISTORY_PAGE_MAX), HISTORY_PAGE_MAX)
@@ -137,6 +141,8 @@ class SessionVersions:
         self._metrics.command(command.type, "ok")
         if stored is None:
             # A read makes no session: answered once because its offset commits with it.
+            if self._settled is not None:
+                await self._settled(work.record.origin)
             self._submit(
                 Outcome(
                     records=[record], finished=[work.record.origin], results=1, replay_unsafe=True

@@ -348,6 +348,7 @@ class PartitionOwner:
                     session_records=self._ctx.sessions.session_records,
                     max_bytes=settings.runtime.state_record_max_bytes,
                     metrics=self._ctx.metrics,
+                    settled=committer.settled_before,
                 ),
                 faults=self._ctx.faults,
                 metrics=self._ctx.metrics,

@@ -68,12 +68,18 @@ class _Desk:
         self.ran: list[str] = []
         self.metrics = Metrics()
         self.writer = writer_for(self.store)
+        self.settled: list[Origin] = []
+        """What the desk waited to be finished and committed before answering (in order)."""
         self.desk = CancelDesk(
             writer=self.writer,
             submit=self.outcomes.append,
             topics=TOPICS,
             metrics=self.metrics,
+            settled=self._settled,
         )
+
+    async def _settled(self, origin: Origin) -> None:
+        self.settled.append(origin)
 
     def path(self, step: Step) -> CommandPath:
         """The command path over this desk, its engine replaced by ``step``."""
@@ -559,3 +565,23 @@ async def test_a_targeted_cancel_names_its_target() -> None:
     t.store.put("s", replace(stored, delivery=stored.delivery.applying("done")))
     await t.run(t.desk.read(*_cancel(0, ts=100, target_command_id="done")))
     assert _results(t)["x0"]["cancel"] == {"stopped": None, "skipped": [], "resolved": None}
+
+
+async def test_a_delete_waits_for_its_offset_and_the_cancels_read_before_it() -> None:
+    """A cancel answered before the delete is remembered by the session's state only, which the
+    delete removes: read again after a takeover, it would cancel the fresh session's work."""
+    t = _Desk(_applied_store("earlier"))
+    await t.run(t.desk.read(*_cancel(4, ts=100)))
+    erase = ParsedCommand(type="delete", command_id="d", session_id="s", agent=None, input=None)
+    work = CommandWork(_record(TOPICS.commands, 9, 110), "s", erase)
+    t.desk.deleting(work, erase)
+    await t.run(work)
+    assert t.settled == [Origin(TOPICS.commands, 0, 9), Origin(TOPICS.control, 0, 5)]
+    assert [command_id for command_id, _ in t.answered()] == ["x4", "d"]
+
+
+def _applied_store(*command_ids: str) -> SessionStore:
+    store = SessionStore()
+    state = SessionState(session_id="s", agent="a")
+    store.put("s", StoredSession(state, delivery=Delivery(applied=command_ids)))
+    return store

@@ -449,6 +449,29 @@ async def test_a_delete_is_answered_only_with_the_offsets_moved_past_it(tmp_path
     assert answered(kafka) == Counter({"c0": 1, "c1": 1, "c2": 1})
 
 
+def history_command(index: int, session: str) -> dict[str, Any]:
+    return {"type": "history", "command_id": f"c{index}", "session_id": session}
+
+
+async def test_a_history_of_a_session_without_state_is_answered_past_the_records_before_it(
+    tmp_path: Path,
+) -> None:
+    """Nothing remembers it (a read makes no session): answered while an earlier record still
+    ran, it would be read again, and answered again, after a takeover."""
+    kafka = MemoryKafka()
+    put(kafka, command(0, agent="gated", sessions=3), history_command(1, "nobody"))
+    async with Instance(kafka, tmp_path) as instance:
+        owner, task = instance.owner()
+        await until(lambda: instance.gated.waiting == 1, "c0 running")
+        put(kafka, command(2, sessions=3))
+        await until(lambda: answered(kafka)["c2"] == 1, "c2")
+        assert answered(kafka)["c1"] == 0, "the history waits for c0"
+        instance.gated.gate.set()
+        await until(lambda: answered(kafka)["c1"] == 1, "the history")
+        assert committed(kafka) >= 2, "its commit moved the offsets past it"
+        assert await instance.stop(owner, task) is OwnerExit.STOPPED
+
+
 def test_every_call_of_the_owner_failed_in_a_test_above(request: pytest.FixtureRequest) -> None:
     assert_every_call_failed(
         request,
