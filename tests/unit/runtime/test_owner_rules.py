@@ -430,46 +430,35 @@ def delete_command(index: int, session: str) -> dict[str, Any]:
     return {"type": "delete", "command_id": f"c{index}", "session_id": session}
 
 
-async def test_a_delete_is_answered_only_with_the_offsets_moved_past_it(tmp_path: Path) -> None:
-    """No state remembers a delete: were it answered while an earlier record of its partition
-    still runs, the offsets could not move past it, and a later owner would read it again and
-    delete what its session did since."""
+def history_command(index: int, session: str) -> dict[str, Any]:
+    return {"type": "history", "command_id": f"c{index}", "session_id": session}
+
+
+@pytest.mark.parametrize(
+    "unremembered",
+    [delete_command(1, "s1"), history_command(1, "nobody")],
+    ids=["a-delete", "a-history-of-a-session-without-state"],
+)
+async def test_what_no_state_remembers_is_answered_only_with_the_offsets_moved_past_it(
+    tmp_path: Path, unremembered: dict[str, Any]
+) -> None:
+    """Nothing but the committed offsets recognises it read again (a delete removes the state, a
+    read makes none): answered while an earlier record of its partition still ran, the offsets
+    could not move past it, and a later owner would read it again and answer it again (for a
+    delete, deleting what its session did since)."""
     kafka = MemoryKafka()
-    put(kafka, command(0, agent="gated", sessions=3), delete_command(1, "s1"))
+    put(kafka, command(0, agent="gated", sessions=3), unremembered)
     async with Instance(kafka, tmp_path) as instance:
         owner, task = instance.owner()
         await until(lambda: instance.gated.waiting == 1, "c0 running")
         put(kafka, command(2, sessions=3))  # another session goes on meanwhile
         await until(lambda: answered(kafka)["c2"] == 1, "c2")
-        assert answered(kafka)["c1"] == 0, "the delete waits for c0"
+        assert answered(kafka)["c1"] == 0, "it waits for c0"
         instance.gated.gate.set()
-        await until(lambda: answered(kafka)["c1"] == 1, "the delete")
+        await until(lambda: answered(kafka)["c1"] == 1, "it")
         assert committed(kafka) >= 2, "its commit moved the offsets past it"
         assert await instance.stop(owner, task) is OwnerExit.STOPPED
     assert answered(kafka) == Counter({"c0": 1, "c1": 1, "c2": 1})
-
-
-def history_command(index: int, session: str) -> dict[str, Any]:
-    return {"type": "history", "command_id": f"c{index}", "session_id": session}
-
-
-async def test_a_history_of_a_session_without_state_is_answered_past_the_records_before_it(
-    tmp_path: Path,
-) -> None:
-    """Nothing remembers it (a read makes no session): answered while an earlier record still
-    ran, it would be read again, and answered again, after a takeover."""
-    kafka = MemoryKafka()
-    put(kafka, command(0, agent="gated", sessions=3), history_command(1, "nobody"))
-    async with Instance(kafka, tmp_path) as instance:
-        owner, task = instance.owner()
-        await until(lambda: instance.gated.waiting == 1, "c0 running")
-        put(kafka, command(2, sessions=3))
-        await until(lambda: answered(kafka)["c2"] == 1, "c2")
-        assert answered(kafka)["c1"] == 0, "the history waits for c0"
-        instance.gated.gate.set()
-        await until(lambda: answered(kafka)["c1"] == 1, "the history")
-        assert committed(kafka) >= 2, "its commit moved the offsets past it"
-        assert await instance.stop(owner, task) is OwnerExit.STOPPED
 
 
 def test_every_call_of_the_owner_failed_in_a_test_above(request: pytest.FixtureRequest) -> None:
