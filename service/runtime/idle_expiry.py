@@ -56,8 +56,8 @@ async def expire_idle(
             write = writer.delete(session_id)
             idle_s = (now_ms - written_ms) / 1000
             if not stored.exists:
-                # Only remembered command ids (a refusal's, a history's, a delete's): no
-                # session to announce the end of.
+                # Only remembered command ids (a refusal's, a targeted cancel's): no session
+                # to announce the end of.
                 submit(Outcome(state=write))
                 continue
             if owns is not None and not owns(session_id):

@@ -72,7 +72,7 @@ class StoredSession:
     @property
     def exists(self) -> bool:
         """It has a conversation or a version: a state that only remembers command ids (those a
-        refusal, a history or a delete answered) is no session yet."""
+        refusal or a targeted cancel answered) is no session yet."""
         return bool(self.versions or self.state.messages)
 
     @property
