@@ -42,14 +42,10 @@ async def _send_and_follow(
     command: commands.AnyCommand,
     options: WaitOptions,
     write: Write,
-    *,
-    answers_command: str | None,
 ) -> int:
-    """Publish ``command``; with a wait, print its session's progress until the awaited result.
-
-    ``answers_command`` is the command id whose result ends the wait. A cancel's own result
-    comes after those of the commands it covers: the session's results before it are printed
-    as they come.
+    """Publish ``command``; with a wait, print its progress until its result. A cancel's own
+    result comes after those of the commands it covers: the session's events and results
+    before it are printed as they come.
     """
     topics = settings.topics
     topic = topics.control if isinstance(command, CancelCommand) else topics.commands
@@ -68,15 +64,13 @@ async def _send_and_follow(
                 return await _follow(
                     follower,
                     command.command_id,
-                    answers_command,
                     write,
                     options.connection,
                     others=isinstance(command, CancelCommand),
                 )
         except TimeoutError:
-            awaited = f"command {answers_command}" if answers_command else "the session"
             raise ClientError(
-                f"no result for {awaited} within {options.timeout_s:g}s "
+                f"no result for command {command.command_id} within {options.timeout_s:g}s "
                 "(is `cairn serve` running? `cairn watch` shows what arrives)"
             ) from None
 
@@ -84,24 +78,24 @@ async def _send_and_follow(
 async def _follow(
     follower: Reader,
     command_id: str,
-    answers_command: str | None,
     write: Write,
     connection: Sequence[str] = (),
     *,
     others: bool = False,
 ) -> int:
-    """Print the command's events until the awaited result, then the result; returns the status.
-    With ``others``, the session's other results on the way are printed too.
+    """Print the command's events until its result, then the result; returns the status.
+    With ``others``, the session's other events and results on the way are printed too.
 
     Events and their result are committed together but live on two topics, so once the result
     is seen the events partition is read up to its end before the result is printed.
     """
-    wanted = {command_id, answers_command}
 
     def show_events(batch: list[Seen]) -> None:
         for seen in batch:
             body = seen.body
-            if body is not None and not _is_result(seen) and body.get("command_id") in wanted:
+            if body is None or _is_result(seen):
+                continue
+            if others or body.get("command_id") == command_id:
                 line = render.event_line(body)
                 if line is not None:
                     write(line)
@@ -112,7 +106,7 @@ async def _follow(
         for seen in batch:
             if seen.body is None or not _is_result(seen):
                 continue
-            if seen.body.get("command_id") == answers_command:
+            if seen.body.get("command_id") == command_id:
                 show_events(await follower.scan())
                 for line in render.result_lines(seen.body, connection):
                     write(line)
@@ -136,9 +130,7 @@ async def invoke(
     command = commands.invoke(
         session_id, agent, prompt, command_id=command_id, checkpointing=checkpointing
     )
-    return await _send_and_follow(
-        settings, command, options, write, answers_command=command.command_id
-    )
+    return await _send_and_follow(settings, command, options, write)
 
 
 async def last_results(settings: Settings, session_id: str, limit: int) -> list[dict[str, Any]]:
@@ -191,9 +183,7 @@ async def resume(
             command = pause.answer(answers, command_id)
         else:
             command = pause.resume(command_id)
-    return await _send_and_follow(
-        settings, command, options, write, answers_command=command.command_id
-    )
+    return await _send_and_follow(settings, command, options, write)
 
 
 async def cancel(
@@ -214,9 +204,7 @@ async def cancel(
         after_current_tools=after_current_tools,
         command_id=command_id,
     )
-    return await _send_and_follow(
-        settings, command, options, write, answers_command=command.command_id
-    )
+    return await _send_and_follow(settings, command, options, write)
 
 
 async def delete_session(
@@ -229,9 +217,7 @@ async def delete_session(
 ) -> int:
     """Publish a delete of the session; with a wait, print its result (what it removed)."""
     command = commands.delete(session_id, command_id=command_id)
-    return await _send_and_follow(
-        settings, command, options, write, answers_command=command.command_id
-    )
+    return await _send_and_follow(settings, command, options, write)
 
 
 async def session_history(
@@ -245,9 +231,7 @@ async def session_history(
 ) -> int:
     """Ask for a page of the session's versions and print it, newest first."""
     command = commands.history(session_id, limit=limit, before=before)
-    return await _send_and_follow(
-        settings, command, options, write, answers_command=command.command_id
-    )
+    return await _send_and_follow(settings, command, options, write)
 
 
 async def fork_session(
@@ -261,9 +245,7 @@ async def fork_session(
 ) -> int:
     """Fork ``source_session_id`` at ``version`` into ``target_session_id``; print its result."""
     command = commands.fork(source_session_id, version, target_session_id)
-    return await _send_and_follow(
-        settings, command, options, write, answers_command=command.command_id
-    )
+    return await _send_and_follow(settings, command, options, write)
 
 
 async def watch(
