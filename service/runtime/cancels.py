@@ -33,7 +33,8 @@ logger = logging.getLogger(__name__)
 
 REMEMBERED_SESSIONS = 100_000
 """How many sessions' latest untargeted cancel an owner keeps in memory (oldest dropped), and
-how many answered cancels of sessions without state it recognises when repeated."""
+how many answered command ids of sessions without state (none, or deleted by this owner) it
+recognises when a cancel repeats one."""
 
 
 @dataclass(slots=True)
@@ -182,8 +183,16 @@ class CancelDesk:
         reach = self._reach.get(session_id, {}).pop(command.command_id, None)
         if reach is None:
             reach = CancelReach(work.record.timestamp_ms, None)
-        existed = self._store.get(session_id) is not None
-        write = self._writer.delete(session_id) if existed else None
+        stored = self._store.get(session_id)
+        existed = stored is not None
+        if stored is not None:
+            # The cancels its state recognised when read again (one published before the
+            # delete can be read after it, the control partition read behind the commands
+            # partition after a rebalance): this owner remembers them, as it does for a session
+            # without state.
+            for command_id in stored.delivery.applied:
+                self._remember_stateless(session_id, command_id)
+        write = self._writer.delete(session_id) if stored is not None else None
         if self._covers_until.get(session_id) == work.record.timestamp_ms:
             # Everything still queued for the session was published after the delete.
             del self._covers_until[session_id]
@@ -341,8 +350,14 @@ class CancelDesk:
         stored = self._store.get(session_id)
         return stored is not None and stored.delivery.answered(command_id)
 
+    def _remember_stateless(self, session_id: str, command_id: str) -> None:
+        self._stateless[(session_id, command_id)] = None
+        if len(self._stateless) > REMEMBERED_SESSIONS:
+            del self._stateless[next(iter(self._stateless))]
+
     def _answered(self, session_id: str, cancel_id: str) -> bool:
-        """Answered before: recorded in its session's state, or here for a session without."""
+        """Answered before: recorded in its session's state, or here for a session without (or
+        one this owner deleted since)."""
         return (session_id, cancel_id) in self._stateless or self._applied(session_id, cancel_id)
 
     def _answer(self, work: CommandWork, cancel: CancelCommand) -> None:
@@ -352,7 +367,7 @@ class CancelDesk:
         if self._answered(session_id, cancel.command_id):
             self._metrics.command("cancel", "duplicate")
             self._metrics.cancel("duplicate")
-            if self._store.get(session_id) is None:
+            if not self._applied(session_id, cancel.command_id):
                 # Recognised only by this owner's memory: a later owner must not read it again.
                 self.ledger.after_earlier(origin.offset, Outcome(finished=[origin]))
                 return
@@ -399,9 +414,7 @@ class CancelDesk:
         self._held.hold(session_id, origin, answer=answer, ahead=ahead, state=write)
         if state is None:
             # Nothing to record it in: this owner recognises a repeat; the ledger a re-read.
-            self._stateless[(session_id, cancel.command_id)] = None
-            if len(self._stateless) > REMEMBERED_SESSIONS:
-                del self._stateless[next(iter(self._stateless))]
+            self._remember_stateless(session_id, cancel.command_id)
         logger.info(
             "session_id=<%s>, cancel_id=<%s>, target=<%s>, stopped=<%s>, resolved=<%s> | "
             "cancel answered",

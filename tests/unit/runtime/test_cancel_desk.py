@@ -580,6 +580,25 @@ async def test_a_delete_waits_for_its_offset_and_the_cancels_read_before_it() ->
     assert [command_id for command_id, _ in t.answered()] == ["x4", "d"]
 
 
+async def test_a_cancel_answered_before_a_delete_and_read_again_after_it_is_not_answered() -> None:
+    """After a rebalance the control partition can be read behind the commands partition: a
+    cancel the old owner answered before the delete, whose offset it had not committed, is then
+    read again after the delete took the session's state (and its command ids) away."""
+    t = _Desk(_applied_store("earlier", "x4"))
+    erase = ParsedCommand(type="delete", command_id="d", session_id="s", agent=None, input=None)
+    work = CommandWork(_record(TOPICS.commands, 9, 110), "s", erase)
+    t.desk.deleting(work, erase)
+    await t.run(work)
+    await t.run(_command("fresh", 10, ts=120))  # the session starts afresh
+    assert t.ran == ["fresh"]
+    t.store.put("s", StoredSession(SessionState(session_id="s", agent="a")))
+    again = t.desk.read(*_cancel(4, ts=100))
+    await t.run(again)
+    assert [command_id for command_id, _ in t.answered()] == ["d"]
+    # Its offset is finished, after every earlier control record: no state recognises it.
+    assert t.outcomes[-1].finished == [again.record.origin] and t.outcomes[-1].replay_unsafe
+
+
 def _applied_store(*command_ids: str) -> SessionStore:
     store = SessionStore()
     state = SessionState(session_id="s", agent="a")
