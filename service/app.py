@@ -28,7 +28,7 @@ from service.observability.trace_export import TracingSetupError, configure_trac
 from service.runtime.runtime import Runtime
 from service.runtime.startup import BootstrapNoise, describe_unreachable
 from service.runtime.topics import create_topics
-from service.settings import Settings, process_environment
+from service.settings import Settings, process_environment, unknown_settings
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +113,8 @@ def run_service(settings: Settings) -> None:
         repeat_limit=settings.log_repeat_limit,
         repeat_interval_s=settings.log_repeat_interval_s,
     )
+    for name, meant in unknown_settings(process_environment()):
+        logger.warning("variable=<%s>, meant=<%s> | no such setting: ignored", name, meant)
     try:
         configure_tracing(process_environment())
     except TracingSetupError as exc:

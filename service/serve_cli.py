@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
 from service.early_stop import exit_on_early_stop
-from service.settings import Settings
+from service.settings import Settings, process_environment, unknown_settings
 
 if TYPE_CHECKING:
     from service.cli import Subparsers
@@ -71,13 +71,20 @@ def _topics_create(args: argparse.Namespace) -> int:
 
 
 def load_settings(command: str) -> Settings | None:
-    """The settings, or None after one line naming what is wrong with them."""
+    """The settings, or None after one line naming what is wrong with them; a ``CAIRN_``
+    variable that names no setting is one warning line each (``serve`` logs them instead)."""
     try:
-        return Settings()
+        settings = Settings()
     except ValidationError as exc:
         print(f"{command}: {describe_invalid_settings(exc)}", file=sys.stderr)
     except SettingsError as exc:
         print(f"{command}: invalid settings: {exc}", file=sys.stderr)
+    else:
+        if command != "cairn serve":
+            for name, meant in unknown_settings(process_environment()):
+                hint = f" (did you mean {meant}?)" if meant else ""
+                print(f"{command}: warning: {name} is no setting, ignored{hint}", file=sys.stderr)
+        return settings
     return None
 
 

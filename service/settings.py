@@ -5,8 +5,10 @@ Built once at start-up and passed down; this is the only module that reads the e
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
@@ -218,3 +220,39 @@ def process_environment() -> Mapping[str, str]:
     """A snapshot of the process environment, for what settings cannot name in advance: the
     API-key variables an agents file refers to (``api_key_env``)."""
     return dict(os.environ)
+
+
+NOT_SETTINGS = ("CAIRN_TEST_", "CAIRN_PYTHON")
+"""Prefixes of ``CAIRN_`` variables that are no setting by design: hooks of the test agents and
+the interpreter ``make run`` starts the service with."""
+SERVICE_LINK = re.compile(r".*_(SERVICE_HOST|SERVICE_PORT.*|PORT|PORT_\d+_(TCP|UDP|SCTP).*)")
+"""The variables Kubernetes adds to a pod for each service of its namespace (a service named
+``cairn-metrics`` gives ``CAIRN_METRICS_SERVICE_HOST``, ``CAIRN_METRICS_PORT``, ...)."""
+
+
+def setting_names() -> list[str]:
+    """Every variable that sets something: each group as a whole and each of its fields."""
+    names = []
+    for name, field in Settings.model_fields.items():
+        top = f"CAIRN_{name.upper()}"
+        names.append(top)
+        group = field.annotation
+        if isinstance(group, type) and issubclass(group, BaseModel):
+            names.extend(f"{top}__{sub.upper()}" for sub in group.model_fields)
+    return names
+
+
+def unknown_settings(environ: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """Each ``CAIRN_`` variable of ``environ`` that names no setting (a misspelt name is
+    otherwise ignored without a word), with the setting it was likely meant to be."""
+    known = setting_names()
+    found: list[tuple[str, str | None]] = []
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith("CAIRN_") or upper in known or upper.startswith(NOT_SETTINGS):
+            continue
+        if SERVICE_LINK.fullmatch(upper):
+            continue
+        close = difflib.get_close_matches(upper, known, n=1, cutoff=0.8)
+        found.append((name, close[0] if close else None))
+    return found

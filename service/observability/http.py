@@ -88,7 +88,10 @@ class HealthServer:
         app.router.add_get(LIVEZ_PATH, self._livez)
         app.router.add_get(READYZ_PATH, self._readyz)
         app.router.add_get(METRICS_PATH, self._metrics_text)
-        app.router.add_route("*", DRAIN_PATH, self._drain_now)
+        # GET for an orchestrator's pre-stop hook (Kubernetes' httpGet), POST for a person;
+        # anything else (a HEAD of a link checker, say) is answered 405 and drains nothing.
+        app.router.add_get(DRAIN_PATH, self._drain_now, allow_head=False)
+        app.router.add_post(DRAIN_PATH, self._drain_now)
         return app
 
     async def start(self) -> None:

@@ -240,3 +240,20 @@ async def test_an_unreachable_broker_is_waited_for_alive_and_not_ready(tmp_path:
         assert "Traceback" not in serving.log.read_text()
     finally:
         serving.stop()
+
+
+def test_a_variable_that_names_no_setting_is_a_warning_naming_the_likely_one() -> None:
+    done = _run(
+        "agents",
+        "list",
+        CAIRN_KAFKA_BOOTSTRAP_SERVERS="broker:9092",
+        CAIRN_NOTHING_LIKE_IT="1",
+        CAIRN_METRICS_SERVICE_HOST="10.0.0.1",
+        CAIRN_TEST_TOOL_SLEEP="1",
+    )
+    assert done.returncode == 0, done.stderr
+    assert _own_lines(done.stderr, "cairn agents list") == [
+        "cairn agents list: warning: CAIRN_KAFKA_BOOTSTRAP_SERVERS is no setting, ignored "
+        "(did you mean CAIRN_KAFKA__BOOTSTRAP_SERVERS?)",
+        "cairn agents list: warning: CAIRN_NOTHING_LIKE_IT is no setting, ignored",
+    ]

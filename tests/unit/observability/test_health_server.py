@@ -145,6 +145,24 @@ async def test_drain_route_awaits_the_drain_callable() -> None:
         assert drained.is_set()
 
 
+async def test_drain_is_taken_by_get_and_post_only() -> None:
+    drains: list[str] = []
+
+    async def drain() -> None:
+        drains.append("drained")
+
+    server = HealthServer(Metrics(), readiness=lambda: True, drain=drain, port=0)
+    async with server, aiohttp.ClientSession() as client:
+        url = f"http://127.0.0.1:{server.port}/drain"
+        for method in ("HEAD", "PUT", "DELETE", "OPTIONS"):
+            async with client.request(method, url) as response:
+                assert response.status == 405, method
+        assert drains == []
+        async with client.post(url) as response:
+            assert response.status == 200
+        assert drains == ["drained"]
+
+
 async def test_serve_task_closes_the_socket_when_cancelled() -> None:
     server = HealthServer(Metrics(), readiness=lambda: True, port=0)
     async with asyncio.TaskGroup() as tg:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from service.settings import Settings
+from service.settings import Settings, setting_names, unknown_settings
 
 
 def test_nested_environment_settings(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -42,3 +42,22 @@ def test_defaults_keep_takeover_short_and_leave_room_for_a_drain() -> None:
     rebalance_ms = settings.group.rebalance_timeout_ms
     assert rebalance_ms is not None
     assert settings.runtime.revoke_grace_s * 1000 < rebalance_ms
+
+
+def test_every_setting_name_is_read_and_no_other_is_taken_for_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    names = setting_names()
+    assert {"CAIRN_AGENTS", "CAIRN_KAFKA", "CAIRN_RUNTIME__MAX_IN_FLIGHT"} <= set(names)
+    assert unknown_settings(dict.fromkeys(names, "x")) == []
+    # Every name listed really sets something (a name that did not would be silently ignored).
+    monkeypatch.setenv("CAIRN_RUNTIME__MAX_IN_FLIGHT", "7")
+    assert Settings().runtime.max_in_flight == 7
+    assert unknown_settings(
+        {
+            "cairn_runtime__max_inflight": "7",
+            "CAIRN_METRICS_PORT_8080_TCP_ADDR": "10.0.0.1",
+            "CAIRN_METRICS_SERVICE_PORT": "8080",
+            "OTHER": "x",
+        }
+    ) == [("cairn_runtime__max_inflight", "CAIRN_RUNTIME__MAX_IN_FLIGHT")]
