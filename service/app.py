@@ -122,7 +122,7 @@ def run_service(settings: Settings) -> None:
     asyncio.run(serve(settings))
 
 
-def run_topics_create(settings: Settings) -> list[str]:
+def run_topics_create(settings: Settings) -> dict[str, str]:
     """Create the missing topics; an unreachable broker is a :class:`StartError`."""
     noise = BootstrapNoise()
     try:

@@ -59,14 +59,12 @@ def _topics_create(args: argparse.Namespace) -> int:
     if args.partitions is not None:
         settings.topics.partitions = args.partitions
     try:
-        created = run_topics_create(settings)
+        reports = run_topics_create(settings)
     except (TopicLayoutError, StartError) as exc:
         print(f"cairn topics create: {exc}", file=sys.stderr)
         return START_FAILED
-    topics = settings.topics
-    names = [topics.commands, topics.control, topics.sessions, topics.results, topics.events]
-    for name in [*names, topics.dlq]:
-        print(f"{name}: {'created' if name in created else 'exists'}")
+    for name, report in reports.items():
+        print(f"{name}: {report}")
     return 0
 
 

@@ -59,37 +59,80 @@ def topic_specs(topics: TopicSettings) -> list[TopicSpec]:
     ]
 
 
-async def create_topics(kafka: KafkaSettings, topics: TopicSettings) -> list[str]:
-    """Create the missing topics; returns the names created. Existing ones are left alone."""
+async def create_topics(kafka: KafkaSettings, topics: TopicSettings) -> dict[str, str]:
+    """Create the missing topics; returns what became of each topic (``created`` or
+    ``exists``, with its partition count when it is not the one asked for).
+
+    The layout stays one the service runs on, or nothing is created: missing co-partitioned
+    topics (commands, control, sessions) take the count of those that exist, and co-partitioned
+    topics that already disagree are refused before any topic is made.
+    """
+    specs = topic_specs(topics)
+    counts = await partition_counts(kafka, [spec.name for spec in specs])
+    specs = [_fitted(spec, topics, counts) for spec in specs]
     client = admin(kafka)
     await client.start()
     try:
-        specs = topic_specs(topics)
-        response = await client.create_topics(
-            [
-                NewTopic(
-                    name=spec.name,
-                    num_partitions=spec.partitions,
-                    replication_factor=topics.replication_factor,
-                    topic_configs=spec.configs,
-                )
-                for spec in specs
-            ]
+        missing = [spec for spec in specs if counts[spec.name] is None]
+        response = (
+            await client.create_topics(
+                [
+                    NewTopic(
+                        name=spec.name,
+                        num_partitions=spec.partitions,
+                        replication_factor=topics.replication_factor,
+                        topic_configs=spec.configs,
+                    )
+                    for spec in missing
+                ]
+            )
+            if missing
+            else None
         )
-        created: list[str] = []
-        for entry in response.topic_errors:
+        created: set[str] = set()
+        for entry in response.topic_errors if response is not None else []:
             name, code = entry[0], entry[1]
             if code == 0:
-                created.append(name)
+                created.add(name)
             elif code != _TOPIC_ALREADY_EXISTS:
                 message = entry[2] if len(entry) > 2 else ""
-                raise TopicLayoutError(f"creating topic {name!r} failed: code {code} {message}")
-        logger.info("created=<%s> | topics ensured", created)
+                made = f" (created before it: {', '.join(sorted(created))})" if created else ""
+                raise TopicLayoutError(
+                    f"creating topic {name!r} failed: code {code} {message}{made}"
+                )
+        logger.info("created=<%s> | topics ensured", sorted(created))
     finally:
         await client.close()
     await wait_for_leaders(kafka, [spec.name for spec in specs])
     await verify_topics(kafka, topics)
-    return created
+    final = await partition_counts(kafka, [spec.name for spec in specs])
+    asked = {spec.name: spec.partitions for spec in topic_specs(topics)}
+    reports = {}
+    for spec in specs:
+        report = "created" if spec.name in created else "exists"
+        if final[spec.name] != asked[spec.name]:
+            report += f", {final[spec.name]} partitions (not {asked[spec.name]})"
+        reports[spec.name] = report
+    return reports
+
+
+def _fitted(spec: TopicSpec, topics: TopicSettings, counts: dict[str, int | None]) -> TopicSpec:
+    """``spec`` with the partition count of the co-partitioned topics that exist, if it is one
+    of them; refuses co-partitioned topics that exist with different counts."""
+    if spec.name not in topics.co_partitioned:
+        return spec
+    existing = {name: counts[name] for name in topics.co_partitioned if counts[name] is not None}
+    if len(set(existing.values())) > 1:
+        layout = ", ".join(f"{name}={count}" for name, count in existing.items())
+        raise TopicLayoutError(
+            f"co-partitioned topics must have equal partition counts, found {layout}; "
+            "nothing created"
+        )
+    if not existing:
+        return spec
+    [count] = set(existing.values())
+    assert count is not None
+    return TopicSpec(spec.name, count, spec.configs)
 
 
 async def wait_for_leaders(kafka: KafkaSettings, names: list[str], timeout_s: float = 30.0) -> None:

@@ -83,6 +83,48 @@ async def test_topics_create_completes_a_layout_an_earlier_run_left_half_done(
     assert described == dict.fromkeys(names, 2)
 
 
+async def _counts(bootstrap: str, names: list[str]) -> dict[str, int]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        described = await admin.describe_topics(names)
+    finally:
+        await admin.close()
+    return {t["topic"]: len(t["partitions"]) for t in described if t["error_code"] == 0}
+
+
+async def test_topics_create_keeps_the_layout_one_the_service_runs_on(
+    kafka_bootstrap: str, tmp_path
+) -> None:
+    # The co-partitioned topics that exist set the count of those made beside them, and the
+    # report says it is not the one asked for.
+    cluster = Cluster(kafka_bootstrap, tmp_path, partitions=2)
+    topics = cluster.topics
+    await create_topics_raw(kafka_bootstrap, {topics.commands: 3})
+    result = _run(cluster, "topics", "create")
+    assert result.returncode == 0, result.stderr
+    reported = dict(line.split(": ", 1) for line in result.stdout.splitlines())
+    assert reported == {
+        topics.commands: "exists, 3 partitions (not 2)",
+        topics.control: "created, 3 partitions (not 2)",
+        topics.sessions: "created, 3 partitions (not 2)",
+        topics.results: "created",
+        topics.events: "created",
+        topics.dlq: "created",
+    }
+    # Co-partitioned topics that already disagree: refused, and nothing is made.
+    (tmp_path / "again").mkdir()
+    cluster = Cluster(kafka_bootstrap, tmp_path / "again", partitions=2)
+    topics = cluster.topics
+    await create_topics_raw(kafka_bootstrap, {topics.commands: 2, topics.control: 3})
+    result = _run(cluster, "topics", "create")
+    assert result.returncode == 1
+    [line] = result.stderr.splitlines()
+    assert "must have equal partition counts" in line and "nothing created" in line
+    names = [topics.sessions, topics.results, topics.events, topics.dlq]
+    assert await _counts(kafka_bootstrap, names) == {}
+
+
 async def test_serve_refuses_co_partitioned_topics_that_disagree(
     kafka_bootstrap: str, tmp_path
 ) -> None:
