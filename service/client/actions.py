@@ -125,7 +125,7 @@ async def invoke(
     checkpointing: bool | None,
     command_id: str | None,
     options: WaitOptions,
-    write: Write = print,
+    write: Write = render.show,
 ) -> int:
     command = commands.invoke(
         session_id, agent, prompt, command_id=command_id, checkpointing=checkpointing
@@ -152,7 +152,7 @@ async def resume(
     options: WaitOptions,
     outcome: dict[str, Any] | None = None,
     interrupt_id: str | None = None,
-    write: Write = print,
+    write: Write = render.show,
 ) -> int:
     """Resume from a checkpoint, answer interrupts, or answer one ``tool_outcome_unknown``
     interrupt with ``outcome`` (see :func:`commands.outcome_answer`)."""
@@ -195,7 +195,7 @@ async def cancel(
     after_current_tools: bool,
     command_id: str | None,
     options: WaitOptions,
-    write: Write = print,
+    write: Write = render.show,
 ) -> int:
     command = commands.cancel(
         session_id,
@@ -213,7 +213,7 @@ async def delete_session(
     session_id: str,
     command_id: str | None,
     options: WaitOptions,
-    write: Write = print,
+    write: Write = render.show,
 ) -> int:
     """Publish a delete of the session; with a wait, print its result (what it removed)."""
     command = commands.delete(session_id, command_id=command_id)
@@ -227,7 +227,7 @@ async def session_history(
     limit: int,
     before: int | None,
     options: WaitOptions,
-    write: Write = print,
+    write: Write = render.show,
 ) -> int:
     """Ask for a page of the session's versions and print it, newest first."""
     command = commands.history(session_id, limit=limit, before=before)
@@ -241,7 +241,7 @@ async def fork_session(
     version: int,
     target_session_id: str,
     options: WaitOptions,
-    write: Write = print,
+    write: Write = render.show,
 ) -> int:
     """Fork ``source_session_id`` at ``version`` into ``target_session_id``; print its result."""
     command = commands.fork(source_session_id, version, target_session_id)
@@ -255,7 +255,7 @@ async def watch(
     from_beginning: bool,
     show_events: bool = True,
     connection: Sequence[str] = (),
-    write: Write = print,
+    write: Write = render.show,
     stop: asyncio.Event | None = None,
 ) -> int:
     """Print results (and events) as they are committed, until ``stop`` is set or Ctrl-C."""
@@ -320,7 +320,7 @@ async def show_session(
     session_id: str,
     results: int,
     connection: Sequence[str] = (),
-    write: Write = print,
+    write: Write = render.show,
 ) -> int:
     state = await session_state(settings, session_id)
     for line in render.state_lines(state):

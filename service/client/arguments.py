@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from service.client import actions, commands
+from service.client import actions, commands, render
 from service.client.kafka_io import ClientError
 from service.serve_cli import load_settings
 from service.settings import Settings
@@ -304,7 +304,7 @@ def run_client_command(args: argparse.Namespace, settings: Settings | None = Non
     try:
         return asyncio.run(action(args, settings))
     except (ClientError, commands.CommandInputError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(render.terminal_safe(f"error: {exc}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

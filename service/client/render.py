@@ -6,6 +6,7 @@ dropped, so nothing the service wrote is hidden.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -17,6 +18,21 @@ from service.agent.outcomes import is_outcome_interrupt
 
 _TEXT_WIDTH = 400
 _IDS_SHOWN = 10
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""Characters a terminal acts on (escape sequences, carriage returns, ...) but tab and newline."""
+
+
+def terminal_safe(line: str) -> str:
+    """``line`` with its control characters written as escapes (``\\x1b``), so text from the
+    wire (a session id, a model's answer) can never move the cursor or recolour the terminal."""
+    return _CONTROL.sub(lambda found: found.group().encode("unicode_escape").decode(), line)
+
+
+def show(line: str) -> None:
+    """Print one line for a person at a terminal."""
+    print(terminal_safe(line))
 
 
 def _json(value: Any) -> str:

@@ -220,3 +220,12 @@ def test_numbers_no_command_can_carry_are_refused_as_usage_errors(
     [line] = [x for x in capsys.readouterr().err.splitlines() if "error:" in x]
     flag = next(arg for arg in argv if arg.startswith("--") and arg != "--session")
     assert f"error: argument {flag}: " in line
+
+
+def test_text_from_the_wire_cannot_drive_the_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    hostile = "s-1\x1b]0;owned\x07\x1b[2J\rfake\x9b"
+    render.show(f"session {hostile}:\tdone\nnext")
+    assert (
+        capsys.readouterr().out
+        == "session s-1\\x1b]0;owned\\x07\\x1b[2J\\rfake\\x9b:\tdone\nnext\n"
+    )
