@@ -47,10 +47,16 @@ class InterruptBook:
         self.known: dict[str, Interrupt] = {i.id: i for i in interrupts or ()}
 
     def ask(self, interrupt_id: str, name: str, reason: Any, response: Any) -> Any:
-        """Return the answer for this interrupt, or raise :class:`InterruptSignal`."""
+        """Return the answer for this interrupt, or raise :class:`InterruptSignal`.
+
+        An interrupt raised before in this batch stands as first raised: its answer is returned,
+        and one still unanswered (none given, or ``null``) is raised again with its first
+        reason, whatever this call says."""
         known = self.known.get(interrupt_id)
-        if known is not None and known.response is not None:
-            return known.response
+        if known is not None:
+            if known.response is not None:
+                return known.response
+            raise InterruptSignal(known)
         if response is not None:
             return response
         raise InterruptSignal(Interrupt(id=interrupt_id, name=name, reason=reason))

@@ -62,13 +62,22 @@ def two_questions(context: ToolContext) -> str:
     return f"{first}+{second}"
 
 
+REASONS = iter(range(1, 1000))
+
+
+@tool(inline=True)
+def asks_anew(context: ToolContext) -> str:
+    """Ask with a new reason every time it runs."""
+    return str(context.interrupt("again", reason={"run": next(REASONS)}))
+
+
 @tool(inline=True)
 def preset(context: ToolContext) -> str:
     """Interrupt with a pre-set response: does not pause."""
     return str(context.interrupt("auto", response="yes"))
 
 
-ALL_TOOLS = [*TOOLS, record, two_questions, preset]
+ALL_TOOLS = [*TOOLS, record, two_questions, asks_anew, preset]
 
 
 @pytest.fixture(autouse=True)
@@ -211,6 +220,17 @@ async def test_null_response_interrupts_again() -> None:
     assert out.result.interrupts[0].response is None
     out = await invoke(agent, out.state, answers((interrupt_id, "now")))
     assert out.stop == "end_turn"
+
+
+async def test_an_interrupt_raised_again_keeps_its_first_reason() -> None:
+    agent = make_agent([call("asks_anew", "n"), "done"], checkpointing=False, tools=ALL_TOOLS)
+    out = await invoke(agent, new_state(), "go")
+    [first] = out.result.interrupts or []
+    out = await invoke(agent, roundtrip(out.state), answers((first.id, None)))
+    [again] = out.result.interrupts or []
+    assert (again.id, again.reason) == (first.id, first.reason)
+    out = await invoke(agent, out.state, answers((first.id, "ok")))
+    assert results_of(out.state.messages[2])[0]["content"] == [{"text": "ok"}]
 
 
 async def test_a_tool_asking_twice_keeps_the_first_answer() -> None:
