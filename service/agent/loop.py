@@ -3,10 +3,14 @@
 Guarantees: a rejected input raises an EngineError before the first event and changes nothing;
 the given state is never mutated; the last event is always :class:`Stopped` with a state whose
 history is valid (roles alternate, every toolUse has exactly one toolResult once no batch is
-pending); boundaries passed without pausing are reported as :class:`Boundary` events. The
-model is sent the agent's view of the history (:mod:`service.agent.context`), never the history
-edited; a context overflow shrinks that view and repeats the same call, until the call fits or
-nothing more can be cut (then the invocation ends ``context_overflow``, its pause kept).
+pending, but for the calls of a reply that stopped for another reason than using tools, which
+the next prompt answers ``Tool was interrupted.``); tools run only when the model stopped to use
+them (an ``end_turn`` with tool calls counts as that), and a prompt that ends with the
+assistant's tool calls runs them without a model call; boundaries passed without pausing are
+reported as :class:`Boundary` events. The model is sent the agent's view of the history
+(:mod:`service.agent.context`), never the history edited; a context overflow shrinks that view
+and repeats the same call, until the call fits or nothing more can be cut (then the invocation
+ends ``context_overflow``, its pause kept).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from service.agent.hooks import (
 )
 from service.agent.interrupts import InterruptBook
 from service.agent.invocation import Invocation, plan
-from service.agent.messages import results_message, tool_uses
+from service.agent.messages import asked_tools, results_message, tool_uses, without_tool_uses
 from service.agent.pause_cancel import resolve_cancel
 from service.agent.provider import ModelReply, ModelRequest, TextDelta
 from service.agent.results import CANCELLED_TEXT
@@ -45,7 +49,6 @@ from service.agent.types import (
     Checkpoint,
     ErrorInfo,
     Message,
-    StopReason,
 )
 
 __all__ = ["Invocation", "resolve_cancel", "run_invocation"]
@@ -96,103 +99,112 @@ async def run_invocation(
                 # check): any cancel, deferred included, stops before the model call.
                 yield await run.finish("cancelled", await run.cancel_after_model(last_batch))
                 return
-            tripped = run.tripped_limit(limits)
-            if tripped is not None:
-                # As in the reference, a limit result carries the last message of history.
-                last = ws.messages[-1] if tripped[1] is None and ws.messages else None
-                yield await run.finish(tripped[0], last, error=tripped[1])
-                return
-            if cancel_signal.immediate:
-                yield await run.finish("cancelled", await run.cancel_message())
-                return
-            request = ModelRequest(
-                messages=[],
-                system_prompt=agent.system_prompt,
-                tool_specs=agent.tool_specs,
-                cancel=cancel_signal,
-                deadline=run.model_deadline(limits),
-                session_id=ws.session_id,
-            )
-            started = time.perf_counter()
-            reply: ModelReply | None = None
-            cancelled = False
-            failure: ModelError | None = None
-            try:
-                request.messages = await run.context_view(request)
-            except ModelError as exc:
-                # A summarizer cut short by a cancel is the cancel, not a failure.
-                cancelled = cancel_signal.immediate
-                failure = None if cancelled else exc
-            called = failure is None and not cancelled
-            if called:
-                if hooks.has(BeforeModelCallEvent):
-                    await hooks.fire(BeforeModelCallEvent(agent, ws.session_id, request))
-                metrics.cycles += 1
-                model_name = agent.model.model_name
-                with run.tracer.span(
-                    tracing.model_span_name(model_name),
-                    tracing.model_call(model_name, ws.session_id, agent.name),
-                ) as model_span:
-                    stream = agent.model.stream(request)
-                    try:
-                        async for chunk in stream:
-                            # Only an immediate cancel cuts the stream; a deferred one waits.
-                            if cancel_signal.immediate:
-                                cancelled = True
-                                break
-                            if isinstance(chunk, TextDelta):
-                                yield ModelTextDelta(chunk.text)
-                            elif chunk.stop_reason == "cancelled":
-                                cancelled = True
-                                break
-                            else:
-                                reply = chunk
-                    except ModelError as exc:
-                        failure = exc
-                    finally:
-                        aclose = getattr(stream, "aclose", None)
-                        if aclose is not None:
-                            await aclose()
-                    if failure is None and reply is None and not cancelled:
-                        failure = ModelError("model stream ended without a reply")
-                    tracing.model_outcome(model_span, reply, failure, cancelled=cancelled)
-            if failure is not None:
+            message = asked_tools(ws.messages) if ws.pending is None else None
+            if message is None:
+                tripped = run.tripped_limit(limits)
+                if tripped is not None:
+                    # As in the reference, a limit result carries the last message of history.
+                    last = ws.messages[-1] if tripped[1] is None and ws.messages else None
+                    yield await run.finish(tripped[0], last, error=tripped[1])
+                    return
+                if cancel_signal.immediate:
+                    yield await run.finish("cancelled", await run.cancel_message())
+                    return
+                request = ModelRequest(
+                    messages=[],
+                    system_prompt=agent.system_prompt,
+                    tool_specs=agent.tool_specs,
+                    cancel=cancel_signal,
+                    deadline=run.model_deadline(limits),
+                    session_id=ws.session_id,
+                )
+                started = time.perf_counter()
+                reply: ModelReply | None = None
+                cancelled = False
+                failure: ModelError | None = None
+                try:
+                    request.messages = await run.context_view(request)
+                except ModelError as exc:
+                    # A summarizer cut short by a cancel is the cancel, not a failure.
+                    cancelled = cancel_signal.immediate
+                    failure = None if cancelled else exc
+                called = failure is None and not cancelled
+                if called:
+                    if hooks.has(BeforeModelCallEvent):
+                        await hooks.fire(BeforeModelCallEvent(agent, ws.session_id, request))
+                    metrics.cycles += 1
+                    model_name = agent.model.model_name
+                    with run.tracer.span(
+                        tracing.model_span_name(model_name),
+                        tracing.model_call(model_name, ws.session_id, agent.name),
+                    ) as model_span:
+                        stream = agent.model.stream(request)
+                        try:
+                            async for chunk in stream:
+                                # Only an immediate cancel cuts the stream; a deferred one waits.
+                                if cancel_signal.immediate:
+                                    cancelled = True
+                                    break
+                                if isinstance(chunk, TextDelta):
+                                    yield ModelTextDelta(chunk.text)
+                                elif chunk.stop_reason == "cancelled":
+                                    cancelled = True
+                                    break
+                                else:
+                                    reply = chunk
+                        except ModelError as exc:
+                            failure = exc
+                        finally:
+                            aclose = getattr(stream, "aclose", None)
+                            if aclose is not None:
+                                await aclose()
+                        if failure is None and reply is None and not cancelled:
+                            failure = ModelError("model stream ended without a reply")
+                        tracing.model_outcome(model_span, reply, failure, cancelled=cancelled)
+                if failure is not None:
+                    metrics.model_ms += (time.perf_counter() - started) * 1000.0
+                    if called and hooks.has(AfterModelCallEvent):
+                        await hooks.fire(AfterModelCallEvent(agent, ws.session_id, None, failure))
+                    if isinstance(failure, ContextOverflowError) and not cancel_signal.immediate:
+                        failure = await _reduce_or_fail(run, request, failure)
+                        if failure is None:
+                            # The same model call again, on the smaller view; not a new cycle.
+                            if called:
+                                metrics.cycles -= 1
+                            continue
+                    logger.warning(
+                        "session_id=<%s>, error=<%s> | model call failed",
+                        ws.session_id,
+                        failure.message,
+                    )
+                    error = ErrorInfo(failure.code, failure.message)
+                    yield await run.finish("error", None, error=error, keep=run.retry_pause())
+                    return
                 metrics.model_ms += (time.perf_counter() - started) * 1000.0
-                if called and hooks.has(AfterModelCallEvent):
-                    await hooks.fire(AfterModelCallEvent(agent, ws.session_id, None, failure))
-                if isinstance(failure, ContextOverflowError) and not cancel_signal.immediate:
-                    failure = await _reduce_or_fail(run, request, failure)
-                    if failure is None:
-                        # The same model call again, on the smaller view; not a new cycle.
-                        if called:
-                            metrics.cycles -= 1
-                        continue
-                logger.warning(
-                    "session_id=<%s>, error=<%s> | model call failed",
-                    ws.session_id,
-                    failure.message,
-                )
-                error = ErrorInfo(failure.code, failure.message)
-                yield await run.finish("error", None, error=error, keep=run.retry_pause())
-                return
-            metrics.model_ms += (time.perf_counter() - started) * 1000.0
-            if cancelled or reply is None:
-                if called and hooks.has(AfterModelCallEvent):
-                    await hooks.fire(AfterModelCallEvent(agent, ws.session_id, None, None, True))
-                yield await run.finish("cancelled", await run.cancel_message())
-                return
-            metrics.usage.add(reply.usage)
-            if hooks.has(AfterModelCallEvent):
-                await hooks.fire(AfterModelCallEvent(agent, ws.session_id, reply))
-            message = await run.add(reply.message)
-            yield ModelMessage(message)
-            uses = tool_uses(message)
-            if not uses:
-                stop: StopReason = (
-                    "end_turn" if reply.stop_reason == "tool_use" else reply.stop_reason
-                )
-                yield await run.finish(stop, message)
-                return
+                if cancelled or reply is None:
+                    if called and hooks.has(AfterModelCallEvent):
+                        await hooks.fire(
+                            AfterModelCallEvent(agent, ws.session_id, None, None, True)
+                        )
+                    yield await run.finish("cancelled", await run.cancel_message())
+                    return
+                metrics.usage.add(reply.usage)
+                if hooks.has(AfterModelCallEvent):
+                    await hooks.fire(AfterModelCallEvent(agent, ws.session_id, reply))
+                added, stop = reply.message, reply.stop_reason
+                if stop == "end_turn" and tool_uses(added):
+                    # Some models end their turn while asking for tools: the tools run.
+                    stop = "tool_use"
+                elif stop == "max_tokens":
+                    # Calls cut off mid-way are not run: each becomes a line saying so.
+                    added = without_tool_uses(added)
+                message = await run.add(added)
+                yield ModelMessage(message)
+                if stop != "tool_use" or not tool_uses(message):
+                    # Tools run only when the model stopped to use them; calls in a reply that
+                    # stopped otherwise stay unanswered until the next prompt answers them.
+                    yield await run.finish("end_turn" if stop == "tool_use" else stop, message)
+                    return
             ws.pending = PendingBatch(message)
             ws.cycle_index = cycle
             if not cancel_signal.is_set:

@@ -16,6 +16,31 @@ def tool_uses(message: Message) -> list[dict[str, Any]]:
     return [block["toolUse"] for block in message.get("content", ()) if "toolUse" in block]
 
 
+def asked_tools(messages: list[Message]) -> Message | None:
+    """The last message when it is the assistant's with tool calls that have no results yet (a
+    prompt of messages can end so): they are run as if the model had just asked for them."""
+    if messages and messages[-1].get("role") == "assistant" and tool_uses(messages[-1]):
+        return messages[-1]
+    return None
+
+
+def without_tool_uses(message: Message) -> Message:
+    """``message`` with each tool call replaced by a line saying it was cut off (a reply that
+    reached the model's token limit mid-call cannot be run)."""
+    content: list[ContentBlock] = []
+    for block in message.get("content", ()):
+        if "toolUse" in block:
+            name = block["toolUse"].get("name") or "<unknown>"
+            text = (
+                f"The selected tool {name}'s tool use was incomplete due to maximum token "
+                "limits being reached."
+            )
+            content.append({"text": text})
+        else:
+            content.append(block)
+    return {**message, "content": content}
+
+
 def append_message(messages: list[Message], message: Message) -> Message:
     """Append ``message``, joining it to the last one when both have the same role.
 

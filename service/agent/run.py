@@ -16,7 +16,7 @@ from service.agent.definition import AgentDefinition
 from service.agent.events import Boundary, Stopped, ToolLedger
 from service.agent.hooks import AfterInvocationEvent, MessageAddedEvent
 from service.agent.invocation import Invocation, Plan
-from service.agent.messages import append_message, results_message, tool_uses
+from service.agent.messages import append_message, asked_tools, results_message, tool_uses
 from service.agent.metrics import InvocationMetrics, add_to_turn, turn_cycles, turn_tokens
 from service.agent.provider import ModelRequest
 from service.agent.results import ABANDONED_TEXT
@@ -83,16 +83,21 @@ class InvocationRun:
         return added
 
     async def abandon_pending(self) -> None:
-        """A new prompt abandons a pending batch: its toolUses get ``Tool was interrupted.``.
+        """A new prompt abandons a pending batch, or the tool calls of a reply that stopped for
+        another reason than using them: those toolUses get ``Tool was interrupted.``.
 
         Runs before the before-invocation hook, as in the reference, where these results are
         part of turning the prompt into messages, which precedes the invocation proper.
         """
         ws = self.ws
-        if self.plan.kind == "prompt" and ws.pending is not None:
+        if self.plan.kind != "prompt":
+            return
+        if ws.pending is not None:
             uses = tool_uses(ws.pending.assistant_message)
             await self.add(results_message(uses, ws.pending.results, ABANDONED_TEXT))
             ws.pending = None
+        elif (unanswered := asked_tools(ws.messages)) is not None:
+            await self.add(results_message(tool_uses(unanswered), {}, ABANDONED_TEXT))
 
     def check_state(self, writer: str) -> None:
         """Revert what ``writer`` (a hook) put in agent state that the session cannot store.
