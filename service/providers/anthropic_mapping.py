@@ -177,6 +177,7 @@ class AnthropicReplyBuilder(BlockReplyBuilder):
     provider = "anthropic"
     stop_event = "message_delta"
     stop_reasons = STOP_REASONS
+    tool_kind = "tool_use"
 
     blocks: dict[int, _Block] = field(default_factory=dict)
     stop_reason: str | None = None

@@ -147,6 +147,7 @@ class BedrockReplyBuilder(BlockReplyBuilder):
     provider = "bedrock"
     stop_event = "messageStop"
     stop_reasons = STOP_REASONS
+    tool_kind = "toolUse"
 
     blocks: dict[int, _Block] = field(default_factory=dict)
     stop_reason: str | None = None

@@ -3,8 +3,10 @@ stream gave, one :class:`ModelReply`.
 
 Guarantee: a stream that ended without a stop reason is a :class:`TruncatedStreamError` (it is
 retried); the stop reason of a reply that ran into the end of the context window is a
-:class:`ContextOverflowError`; an unknown stop reason ends the turn, with a warning; tool uses are
-kept only when the model stopped for them.
+:class:`ContextOverflowError`; an unknown stop reason ends the turn, with a warning; a reply whose
+stop reason maps to ``end_turn`` but which holds tool uses is a ``tool_use`` reply, with a warning;
+tool uses are kept only in a ``tool_use`` reply (any other, an unknown stop reason's included,
+drops them with a warning).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ class BlockReplyBuilder:
     stop_event: ClassVar[str]
     """The stream event that carries the stop reason (named when a stream ends without it)."""
     stop_reasons: ClassVar[Mapping[str, StopReason]]
+    tool_kind: ClassVar[str]
+    """The ``kind`` of a block that holds a tool use."""
     blocks: dict[int, Any]
     stop_reason: str | None
     usage: Usage
@@ -51,6 +55,16 @@ class BlockReplyBuilder:
         if stop_reason is None:
             logger.warning("stop_reason=<%s> | unknown stop reason, ending turn", self.stop_reason)
             stop_reason = "end_turn"
+        elif stop_reason == "end_turn" and any(
+            block.kind == self.tool_kind for block in self.blocks.values()
+        ):
+            # Some models end a turn normally although the reply asks for tools; the calls are
+            # complete (nothing cut the reply short), so they run instead of being dropped.
+            logger.warning(
+                "stop_reason=<%s> | reply holds tool uses, treating it as tool_use",
+                self.stop_reason,
+            )
+            stop_reason = "tool_use"
         content: list[dict[str, Any]] = []
         for _, block in sorted(self.blocks.items()):
             converted = self._convert(block, keep_tools=stop_reason == "tool_use")

@@ -149,14 +149,16 @@ def text_events(*pieces: str, stop_reason: str = "end_turn", **usage: Any) -> li
     return [message_start(), *text_deltas(0, *pieces), *finish(stop_reason, **usage)]
 
 
-def tool_events(tool_id: str, name: str, args: dict[str, Any]) -> list[bytes]:
+def tool_events(
+    tool_id: str, name: str, args: dict[str, Any], *, stop_reason: str = "tool_use"
+) -> list[bytes]:
     raw = json.dumps(args)
     pieces = [raw[: len(raw) // 2], raw[len(raw) // 2 :]]
     return [
         message_start(),
         *text_deltas(0, "Let me check."),
         *tool_block(1, tool_id, name, pieces),
-        *finish("tool_use"),
+        *finish(stop_reason),
     ]
 
 

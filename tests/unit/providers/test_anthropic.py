@@ -134,6 +134,37 @@ async def test_tool_without_arguments_gets_empty_input(server: WireServer) -> No
     assert reply.message["content"][0]["toolUse"]["input"] == {}
 
 
+@pytest.mark.parametrize("api_reason", ["end_turn", "pause_turn"])
+async def test_tool_call_of_a_reply_ending_the_turn_is_kept_as_tool_use(
+    server: WireServer, api_reason: str
+) -> None:
+    events = [
+        wire.message_start(),
+        *wire.text_block(0, "Let me check."),
+        *wire.tool_block(1, "toolu_E", "get_weather", wire.tool_args({"city": "Oslo"})),
+        *wire.finish(api_reason),
+    ]
+    server.script(wire.stream(events))
+    _, reply = await collect(provider(server), make_request())
+    assert reply.stop_reason == "tool_use"
+    assert reply.message["content"] == [
+        {"text": "Let me check."},
+        {"toolUse": {"toolUseId": "toolu_E", "name": "get_weather", "input": {"city": "Oslo"}}},
+    ]
+
+
+async def test_stop_sequence_stop_drops_tool_call(server: WireServer) -> None:
+    events = [
+        wire.message_start(),
+        *wire.tool_block(0, "toolu_S", "get_weather", wire.tool_args({"city": "Oslo"})),
+        *wire.finish("stop_sequence"),
+    ]
+    server.script(wire.stream(events))
+    _, reply = await collect(provider(server), make_request())
+    assert reply.stop_reason == "stop_sequence"
+    assert reply.message["content"] == []
+
+
 async def test_max_tokens_stop_drops_cut_tool_call(server: WireServer) -> None:
     events = [
         wire.message_start(),

@@ -188,6 +188,25 @@ async def test_stop_reasons_map(server: WireServer, reason: str) -> None:
     assert reply.stop_reason == reason
 
 
+async def test_tool_call_of_an_end_turn_reply_is_kept_as_tool_use(server: WireServer) -> None:
+    events = wire.tool_events("tooluse_e", "get_weather", {"city": "Oslo"}, stop_reason="end_turn")
+    server.script(wire.stream(events))
+    _, reply = await run(provider(server))
+    assert reply.stop_reason == "tool_use"
+    assert reply.message["content"] == [
+        {"text": "Let me check."},
+        {"toolUse": {"toolUseId": "tooluse_e", "name": "get_weather", "input": {"city": "Oslo"}}},
+    ]
+
+
+async def test_tool_call_under_an_unknown_stop_reason_is_dropped(server: WireServer) -> None:
+    events = wire.tool_events("tooluse_u", "get_weather", {"city": "Oslo"}, stop_reason="novel")
+    server.script(wire.stream(events))
+    _, reply = await run(provider(server))
+    assert reply.stop_reason == "end_turn"
+    assert reply.message["content"] == [{"text": "Let me check."}]
+
+
 async def test_cut_tool_call_of_an_unfinished_reply_is_dropped(server: WireServer) -> None:
     events = [
         wire.message_start(),
