@@ -15,9 +15,10 @@ from typing import Any
 from service.agent.errors import ModelError
 from service.agent.provider import ToolSpec
 from service.agent.types import Message, StopReason, Usage
-from service.providers.block_reply import BlockReplyBuilder
+from service.providers.block_reply import BlockReplyBuilder, ToolCalls
 from service.providers.content import (
     image_media_type,
+    kept_tool_input,
     parse_tool_input,
     result_text,
     source_base64,
@@ -240,22 +241,26 @@ class AnthropicReplyBuilder(BlockReplyBuilder):
             entry.signature += delta.signature
         return None
 
-    def _convert(self, block: _Block, *, keep_tools: bool) -> dict[str, Any] | None:
+    def _convert(self, block: _Block, *, tools: ToolCalls) -> dict[str, Any] | None:
         text = "".join(block.parts)
         if block.kind == "text":
             return {"text": text} if text else None
         if block.kind == "tool_use":
-            if not keep_tools:
-                # an unfinished reply (max_tokens, refusal) may hold a cut-off tool call
+            if tools == "drop":
+                # a reply with a stop reason this provider does not know: nothing of it is run
                 logger.warning(
-                    "tool=<%s> | dropping tool call of an unfinished reply", block.tool_name
+                    "tool=<%s> | dropping tool call of a reply with an unknown stop reason",
+                    block.tool_name,
                 )
                 return None
+            tool_input = (
+                parse_tool_input(text, block.tool_name) if tools == "run" else kept_tool_input(text)
+            )
             return {
                 "toolUse": {
                     "toolUseId": block.tool_id,
                     "name": block.tool_name,
-                    "input": parse_tool_input(text, block.tool_name),
+                    "input": tool_input,
                 }
             }
         if block.kind == "thinking":

@@ -5,15 +5,16 @@ Guarantee: a stream that ended without a stop reason is a :class:`TruncatedStrea
 retried); the stop reason of a reply that ran into the end of the context window is a
 :class:`ContextOverflowError`; an unknown stop reason ends the turn, with a warning; a reply whose
 stop reason maps to ``end_turn`` but which holds tool uses is a ``tool_use`` reply, with a warning;
-tool uses are kept only in a ``tool_use`` reply (any other, an unknown stop reason's included,
-drops them with a warning).
+a reply with another known stop reason keeps its tool uses (the engine does not run them; their
+arguments, perhaps cut off, are kept when they parse), one with an unknown stop reason drops them
+with a warning.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from service.agent.errors import ContextOverflowError
 from service.agent.provider import ModelReply
@@ -23,6 +24,9 @@ from service.providers.retry import TruncatedStreamError
 logger = logging.getLogger(__name__)
 
 CONTEXT_WINDOW_EXCEEDED = "model_context_window_exceeded"
+
+ToolCalls = Literal["run", "keep", "drop"]
+"""What becomes of a reply's tool calls: run (their arguments must parse), kept unrun, dropped."""
 
 
 class BlockReplyBuilder:
@@ -52,7 +56,9 @@ class BlockReplyBuilder:
                 "end of the model's context window"
             )
         stop_reason = self.stop_reasons.get(self.stop_reason)
+        tools: ToolCalls = "keep"
         if stop_reason is None:
+            tools = "drop"
             logger.warning("stop_reason=<%s> | unknown stop reason, ending turn", self.stop_reason)
             stop_reason = "end_turn"
         elif stop_reason == "end_turn" and any(
@@ -67,7 +73,7 @@ class BlockReplyBuilder:
             stop_reason = "tool_use"
         content: list[dict[str, Any]] = []
         for _, block in sorted(self.blocks.items()):
-            converted = self._convert(block, keep_tools=stop_reason == "tool_use")
+            converted = self._convert(block, tools="run" if stop_reason == "tool_use" else tools)
             if converted is not None:
                 content.append(converted)
         return ModelReply(
@@ -76,5 +82,5 @@ class BlockReplyBuilder:
             usage=self.usage,
         )
 
-    def _convert(self, block: Any, *, keep_tools: bool) -> dict[str, Any] | None:
+    def _convert(self, block: Any, *, tools: ToolCalls) -> dict[str, Any] | None:
         raise NotImplementedError

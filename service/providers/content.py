@@ -54,6 +54,16 @@ def result_text(item: dict[str, Any]) -> str | None:
     return None
 
 
+def kept_tool_input(raw: str) -> dict[str, Any]:
+    """The arguments of a tool call kept but never run (its reply stopped for another reason
+    than using tools, perhaps mid-call): parsed when they can be, else empty."""
+    try:
+        value = orjson.loads(raw) if raw.strip() else {}
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def parse_tool_input(raw: str, name: str) -> dict[str, Any]:
     """Parse streamed tool arguments; an empty string means no arguments."""
     if not raw.strip():

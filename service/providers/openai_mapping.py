@@ -18,6 +18,7 @@ from service.agent.types import Message, StopReason, Usage
 from service.providers.content import (
     image_media_type,
     json_text,
+    kept_tool_input,
     parse_tool_input,
     result_text,
     source_base64,
@@ -186,6 +187,7 @@ class ChatReplyBuilder:
         if self.finish_reason is None:
             raise TruncatedStreamError("stream ended before the model finished its reply")
         stop_reason = FINISH_REASONS.get(self.finish_reason)
+        known = stop_reason is not None
         if stop_reason is None:
             logger.warning(
                 "finish_reason=<%s> | unknown finish reason, ending turn", self.finish_reason
@@ -195,21 +197,26 @@ class ChatReplyBuilder:
         text = self.partial_text()
         if text:
             content.append({"text": text})
-        if self.calls and stop_reason in ("tool_use", "end_turn"):
-            # some compatible servers report "stop" although the reply holds tool calls
-            stop_reason = "tool_use"
+        if self.calls and known:
+            if stop_reason == "end_turn":
+                # some compatible servers report "stop" although the reply holds tool calls
+                stop_reason = "tool_use"
+            run = stop_reason == "tool_use"
             for index in sorted(self.calls):
                 call = self.calls[index]
                 if not call.id or not call.name:
                     raise ModelError(f"tool call {index} arrived without id or name")
-                tool_input = parse_tool_input("".join(call.arguments), call.name)
+                raw = "".join(call.arguments)
+                # Calls of a reply that stopped otherwise are kept, never run (maybe cut off).
+                tool_input = parse_tool_input(raw, call.name) if run else kept_tool_input(raw)
                 content.append(
                     {"toolUse": {"toolUseId": call.id, "name": call.name, "input": tool_input}}
                 )
         elif self.calls:
             logger.warning(
-                "stop_reason=<%s>, calls=<%d> | dropping tool calls of an unfinished reply",
-                stop_reason,
+                "finish_reason=<%s>, calls=<%d> | dropping tool calls of a reply with an "
+                "unknown finish reason",
+                self.finish_reason,
                 len(self.calls),
             )
         return ModelReply(

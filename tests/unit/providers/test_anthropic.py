@@ -153,7 +153,7 @@ async def test_tool_call_of_a_reply_ending_the_turn_is_kept_as_tool_use(
     ]
 
 
-async def test_stop_sequence_stop_drops_tool_call(server: WireServer) -> None:
+async def test_stop_sequence_stop_keeps_tool_call_for_the_engine(server: WireServer) -> None:
     events = [
         wire.message_start(),
         *wire.tool_block(0, "toolu_S", "get_weather", wire.tool_args({"city": "Oslo"})),
@@ -162,10 +162,15 @@ async def test_stop_sequence_stop_drops_tool_call(server: WireServer) -> None:
     server.script(wire.stream(events))
     _, reply = await collect(provider(server), make_request())
     assert reply.stop_reason == "stop_sequence"
-    assert reply.message["content"] == []
+    # Kept (the engine does not run it: the reply did not stop to use tools).
+    assert reply.message["content"] == [
+        {"toolUse": {"toolUseId": "toolu_S", "name": "get_weather", "input": {"city": "Oslo"}}}
+    ]
 
 
-async def test_max_tokens_stop_drops_cut_tool_call(server: WireServer) -> None:
+async def test_max_tokens_stop_keeps_cut_tool_call_without_its_arguments(
+    server: WireServer,
+) -> None:
     events = [
         wire.message_start(),
         *wire.text_block(0, "Checking"),
@@ -175,7 +180,10 @@ async def test_max_tokens_stop_drops_cut_tool_call(server: WireServer) -> None:
     server.script(wire.stream(events))
     _, reply = await collect(provider(server), make_request())
     assert reply.stop_reason == "max_tokens"
-    assert reply.message["content"] == [{"text": "Checking"}]
+    assert reply.message["content"] == [
+        {"text": "Checking"},
+        {"toolUse": {"toolUseId": "toolu_cut", "name": "get_weather", "input": {}}},
+    ]
 
 
 @pytest.mark.parametrize(

@@ -108,7 +108,7 @@ async def test_tool_call_reported_with_stop_finish_reason_is_still_tool_use(
     assert reply.message["content"][0]["toolUse"]["input"] == {"city": "Oslo"}
 
 
-async def test_length_stop_maps_to_max_tokens_and_drops_cut_tool_call(server: WireServer) -> None:
+async def test_length_stop_maps_to_max_tokens_and_keeps_cut_tool_call(server: WireServer) -> None:
     server.script(
         wire.stream(
             [
@@ -124,7 +124,10 @@ async def test_length_stop_maps_to_max_tokens_and_drops_cut_tool_call(server: Wi
     )
     _, reply = await collect(provider(server), make_request())
     assert reply.stop_reason == "max_tokens"
-    assert reply.message["content"] == [{"text": "Let me"}]
+    assert reply.message["content"] == [
+        {"text": "Let me"},
+        {"toolUse": {"toolUseId": "call_cut", "name": "get_weather", "input": {}}},
+    ]
 
 
 async def test_content_filter_maps_to_content_filtered(server: WireServer) -> None:
