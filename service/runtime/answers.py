@@ -16,7 +16,7 @@ from service.agent.state import SessionState
 from service.observability.metrics import Metrics
 from service.observability.tracing import from_headers, span
 from service.runtime.records import RECORD_MAX_BYTES, ParsedCommand, dlq_record, failure_record
-from service.runtime.work import CommandWork, InputRecord, Outcome, OutRecord
+from service.runtime.work import CommandWork, InputRecord, Outcome, OutRecord, commands_position
 from service.sessions.delivery import Delivery
 from service.sessions.store import StoredSession
 from service.sessions.writer import SessionWriter
@@ -134,7 +134,10 @@ class Answers:
             latest = self._store.get(work.session_id)
             delivery = latest.delivery if latest is not None else Delivery()
             event_seq = max(seq, latest.event_seq if latest is not None else 0)
-            outcome.state = self._writer.write(keeps, event_seq, delivery.finished(command_id))
+            delivery = delivery.finished(command_id).through(
+                commands_position(work.record, self._topics.commands)
+            )
+            outcome.state = self._writer.write(keeps, event_seq, delivery)
             outcome.replay_unsafe = False
         return outcome
 

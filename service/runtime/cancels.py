@@ -23,7 +23,15 @@ from service.agent.types import AgentResult
 from service.observability.metrics import Metrics
 from service.runtime.control import CancelReach, ControlLedger, HeldAnswer, HeldAnswers
 from service.runtime.records import ParsedCommand, deleted_record, result_record
-from service.runtime.work import CommandWork, InputRecord, Origin, Outcome, OutRecord, StateWrite
+from service.runtime.work import (
+    CommandWork,
+    InputRecord,
+    Origin,
+    Outcome,
+    OutRecord,
+    StateWrite,
+    commands_position,
+)
 from service.sessions.delivery import Delivery
 from service.sessions.writer import SessionWriter
 from service.settings import TopicSettings
@@ -304,6 +312,7 @@ class CancelDesk:
         else:
             result = _plain_cancelled(state)
             delivery = delivery.applying(command.command_id)
+        delivery = delivery.through(commands_position(work.record, self._topics.commands))
         logger.info(
             "session_id=<%s>, command_id=<%s> | command covered by a cancel, answered cancelled",
             session_id,

@@ -34,7 +34,7 @@ from service.runtime.forks import SessionVersions
 from service.runtime.invoker import AbandonedError, Invoker, ResultTooLargeError
 from service.runtime.records import session_key
 from service.runtime.txn_stream import CommitFailedError, GroupFencedError
-from service.runtime.work import CommandWork, InputRecord, Outcome
+from service.runtime.work import CommandWork, InputRecord, Outcome, commands_position
 from service.sessions.store import SessionStore, StoredSession
 from service.sessions.table import StoreBrokenError
 from service.sessions.writer import StateTooLargeError
@@ -365,12 +365,18 @@ class CommandPath:
         self._submit(Outcome(finished=[work.record.origin]))
 
     def _applied(self, work: CommandWork) -> bool:
-        """The session's state lists the record's command as applied (answered)."""
+        """The session's state lists the record's command as applied (answered), or the record
+        stands before the newest of the session's commands answered."""
         command_id = work.command_id
         if not command_id:
             return False
         stored = self._store.get(work.session_id)
-        return stored is not None and stored.delivery.answered(command_id)
+        if stored is None:
+            return False
+        position = commands_position(work.record, self._topics.commands)
+        return stored.delivery.answered(command_id) or (
+            position is not None and stored.delivery.read_before(*position)
+        )
 
 
 @contextmanager

@@ -26,7 +26,7 @@ from service.agent.types import AgentResult
 from service.observability.metrics import Metrics
 from service.runtime.answers import Answers, state_before
 from service.runtime.records import ParsedCommand, history_record, result_record
-from service.runtime.work import CommandWork, Origin, Outcome
+from service.runtime.work import CommandWork, Origin, Outcome, commands_position
 from service.sessions import history
 from service.sessions.delivery import Delivery
 from service.sessions.store import SessionStore, StoredSession
@@ -152,7 +152,9 @@ class SessionVersions:
         write = self._writer.write(
             state_before(stored, command.session_id),
             stored.event_seq,
-            stored.delivery.applying(command.command_id),
+            stored.delivery.applying(command.command_id).through(
+                commands_position(work.record, self._topics.commands)
+            ),
         )
         self._submit(
             Outcome(records=[record], state=write, finished=[work.record.origin], results=1)
@@ -213,7 +215,10 @@ class SessionVersions:
         )
         seq = stored.event_seq if stored is not None else 0
         # The target has no version (else it exists): this write is its version 1.
-        write = self._writer.write(state, seq, delivery.finished(command.command_id), step=step)
+        delivery = delivery.finished(command.command_id).through(
+            commands_position(work.record, self._topics.commands)
+        )
+        write = self._writer.write(state, seq, delivery, step=step)
         logger.info(
             "session_id=<%s>, source=<%s>, version=<%d>, at=<%s> | forked",
             command.session_id,

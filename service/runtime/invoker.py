@@ -42,7 +42,7 @@ from service.observability.metrics import Metrics
 from service.observability.tracing import engine_tracer
 from service.runtime.answers import Answers
 from service.runtime.records import ParsedCommand, event_record, result_record
-from service.runtime.work import CommandWork, Origin, Outcome, OutRecord
+from service.runtime.work import CommandWork, Origin, Outcome, OutRecord, commands_position
 from service.sessions.delivery import Delivery
 from service.sessions.store import StoredSession
 from service.sessions.versions import Step
@@ -185,7 +185,9 @@ class Invoker:
                     self._commit_state(
                         run,
                         event.state,
-                        delivery.finished(command.command_id),
+                        delivery.finished(command.command_id).through(
+                            commands_position(work.record, self._topics.commands)
+                        ),
                         seq,
                         finished=work.record.origin,
                         result=event.result,

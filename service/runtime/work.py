@@ -42,6 +42,15 @@ class InputRecord:
     timestamp_ms: int
 
 
+def commands_position(record: InputRecord, commands_topic: str) -> tuple[int, int] | None:
+    """Where a record of the commands topic stands (offset, publication ms), for the session
+    state that answers it to remember; ``None`` for a record of another topic or one without a
+    publication time."""
+    if record.origin.topic != commands_topic or record.timestamp_ms < 0:
+        return None
+    return (record.origin.offset, record.timestamp_ms)
+
+
 @dataclass(slots=True)
 class CommandWork:
     """A record waiting in its session's queue: its decoded command, or why it did not decode."""

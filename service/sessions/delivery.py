@@ -2,17 +2,18 @@
 engine's conversation state.
 
 The engine knows nothing of these: which commands were answered (so a re-read command is
-answered never again), up to which publication time a cancel covers the session's commands, and
-when the command an in-flight marker names was published. They travel with the state in the
-same head record (and the applied command ids in records of their own), written by the one
-session writer. Immutable: a change is a new value, so a stored session is never changed behind
-the store's back.
+answered never again), the position on the commands topic of the newest one answered (which
+recognises a re-read command even past the ids kept), up to which publication time a cancel
+covers the session's commands, and when the command an in-flight marker names was published.
+They travel with the state in the same head record (and the applied command ids in records of
+their own), written by the one session writer. Immutable: a change is a new value, so a stored
+session is never changed behind the store's back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 APPLIED_KEPT = 256
@@ -31,6 +32,11 @@ class Delivery:
     inflight_published_ms: int | None = None
     """Publication time of the command the session's in-flight marker names, so a cancel
     resolves that marker only when it covers that command."""
+    answered_through: tuple[int, int] | None = None
+    """(Offset, publication time in ms) of the newest record of the commands topic the session
+    answered. A session's commands are answered in the order of its partition, so one read
+    again at or before that offset was answered, however many ids were answered since; the time
+    tells a topic created anew (its offsets start again, its records are published later)."""
 
     _index: Set[str] | None = field(default=None, init=False, repr=False, compare=False)
     """``applied`` as a set, made on first use and handed on to the values made from this one:
@@ -39,6 +45,21 @@ class Delivery:
 
     def answered(self, command_id: str) -> bool:
         return command_id in self.ids()
+
+    def read_before(self, offset: int, published_ms: int) -> bool:
+        """The commands record at ``offset``, published at ``published_ms``, was answered: it is
+        at or before the newest one answered, and was not published after it."""
+        through = self.answered_through
+        return through is not None and offset <= through[0] and 0 <= published_ms <= through[1]
+
+    def through(self, position: tuple[int, int] | None) -> Delivery:
+        """The commands record at ``position`` (offset, publication ms) answered now; ``None``
+        (a record of another topic, or one without a time) changes nothing."""
+        if position is None:
+            return self
+        made = replace(self, answered_through=position)
+        object.__setattr__(made, "_index", self._index)
+        return made
 
     def applying(self, *command_ids: str) -> Delivery:
         """These commands answered (each remembered once, the oldest forgotten past the limit)."""
@@ -83,14 +104,14 @@ class Delivery:
         index.difference_update(applied[:cut])
         return applied[cut:], index
 
-    @staticmethod
     def _made(
+        self,
         applied: tuple[str, ...],
         cancelled_before_ms: int | None,
         inflight_published_ms: int | None,
         index: Set[str] | None,
     ) -> Delivery:
-        made = Delivery(applied, cancelled_before_ms, inflight_published_ms)
+        made = Delivery(applied, cancelled_before_ms, inflight_published_ms, self.answered_through)
         object.__setattr__(made, "_index", index)
         return made
 
@@ -110,6 +131,8 @@ class Delivery:
             value = getattr(self, key)
             if value is not None:
                 fields[key] = value
+        if self.answered_through is not None:
+            fields["answered_through"] = list(self.answered_through)
         return fields
 
     @classmethod
@@ -118,4 +141,14 @@ class Delivery:
             applied=tuple(data.get("applied_commands") or ()),
             cancelled_before_ms=data.get("cancelled_before_ms"),
             inflight_published_ms=data.get("inflight_published_ms"),
+            answered_through=_position(data.get("answered_through")),
         )
+
+
+def _position(value: Any) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    offset, published_ms = value
+    if not isinstance(offset, int) or not isinstance(published_ms, int):
+        raise TypeError(f"answered_through must be two integers, not {value!r}")
+    return (offset, published_ms)

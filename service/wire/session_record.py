@@ -72,8 +72,8 @@ class ContextView(PartModel):
 
 class SessionStateRecord(OutboundModel):
     """Everything a fresh process needs to continue a session exactly: the engine's state and,
-    beside it, the runtime's delivery records (``applied_commands``, ``cancelled_before_ms``,
-    ``inflight_published_ms``).
+    beside it, the runtime's delivery records (``applied_commands``, ``answered_through``,
+    ``cancelled_before_ms``, ``inflight_published_ms``).
 
     Unknown fields are refused: the state has one writer, and an older layout is upcast by
     the sessions codec before it is read, never read loosely.
@@ -100,6 +100,10 @@ class SessionStateRecord(OutboundModel):
     """Checkpointing of the current turn, so resumes need not repeat it."""
     turn_limits: TurnLimits | None
     """Limits of the current turn, so resumes need not repeat them."""
+    answered_through: Annotated[list[int], Field(min_length=2, max_length=2)] | None = None
+    """Offset and publication time (ms) of the newest record of the commands topic the session
+    answered: one read again at or before it (and published no later) was answered; absent
+    until the session answers a command of that topic."""
     cancelled_before_ms: Annotated[int, Field(ge=0)] | None = None
     """Publication time (record timestamp, ms) up to which a cancel covers the session's
     commands; absent when no cancel was applied."""
@@ -112,7 +116,7 @@ class SessionStateRecord(OutboundModel):
     def _omit_unset_optionals(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # Written only when set, as Delivery.record_fields does, so older layouts stay exact.
         data: dict[str, Any] = handler(self)
-        for key in ("cancelled_before_ms", "inflight_published_ms", "context"):
+        for key in ("answered_through", "cancelled_before_ms", "inflight_published_ms", "context"):
             if data.get(key) is None:
                 data.pop(key, None)
         return data

@@ -369,11 +369,13 @@ async def test_a_command_naming_no_agent_hosted_is_unknown_agent_even_without_st
 
 async def test_a_resume_naming_another_agent_than_its_sessions_is_refused() -> None:
     t = Harness(store=_applied(), agents=("a", "b"))
-    for command_id, agent in (("other", "b"), ("same", "a"), ("left-out", None)):
+    for offset, (command_id, agent) in enumerate(
+        (("other", "b"), ("same", "a"), ("left-out", None)), start=1
+    ):
         parsed = ParsedCommand(
             type="resume", command_id=command_id, session_id="s", agent=agent, input=[]
         )
-        await t.path.handle(CommandWork(_record(TOPICS.commands, 1, 100), "s", parsed))
+        await t.path.handle(CommandWork(_record(TOPICS.commands, offset, 100), "s", parsed))
     # Naming the session's own agent, or none, continues it; naming another is refused.
     assert t.engine.ran == ["same", "left-out"]
     [answer] = t.results()

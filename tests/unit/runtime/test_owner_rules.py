@@ -28,6 +28,7 @@ from service.runtime.transport import (
     TxnProducer,
 )
 from service.runtime.work import InputRecord, Origin, OutRecord
+from service.sessions.delivery import APPLIED_KEPT
 from tests.support.memory_kafka import (
     Entry,
     MemoryKafka,
@@ -459,6 +460,31 @@ async def test_what_no_state_remembers_is_answered_only_with_the_offsets_moved_p
         assert committed(kafka) >= 2, "its commit moved the offsets past it"
         assert await instance.stop(owner, task) is OwnerExit.STOPPED
     assert answered(kafka) == Counter({"c0": 1, "c1": 1, "c2": 1})
+
+
+async def test_a_session_answering_more_than_the_ids_it_keeps_runs_none_again_on_a_takeover(
+    tmp_path: Path,
+) -> None:
+    """The committed offset stays at the oldest unfinished record: a session that answered
+    more commands than it keeps ids of meanwhile (another session's step running all along)
+    has all of them read again by the next owner, which must still run none of them twice."""
+    kafka = MemoryKafka()
+    put(kafka, command(0, agent="gated", sessions=1))
+    busy = [{**command(i), "session_id": "busy"} for i in range(1, APPLIED_KEPT + 21)]
+    put(kafka, *busy)
+    async with Instance(kafka, tmp_path) as instance:
+        owner, task = instance.owner()
+        await until(lambda: answered(kafka)[busy[-1]["command_id"]] == 1, "the busy session")
+        owner.request_stop(0.05)
+        async with asyncio.timeout(10):
+            assert await task is OwnerExit.STOPPED
+        instance.owners.pop(0)
+        assert committed(kafka) == 0, "c0 was left running: nothing after it is committed"
+        instance.gated.gate.set()
+        owner, task = instance.owner()
+        await until(lambda: committed(kafka) == len(busy) + 1, "everything, by the next owner")
+        assert await instance.stop(owner, task) is OwnerExit.STOPPED
+    assert answered(kafka) == Counter({f"c{i}": 1 for i in range(len(busy) + 1)})
 
 
 def test_every_call_of_the_owner_failed_in_a_test_above(request: pytest.FixtureRequest) -> None:

@@ -49,7 +49,9 @@ def test_round_trip_is_lossless() -> None:
 
 def test_delivery_records_travel_beside_the_state_and_stay_out_of_it() -> None:
     state = full_state()
-    delivery = Delivery(("a", "b"), cancelled_before_ms=100, inflight_published_ms=90)
+    delivery = Delivery(
+        ("a", "b"), cancelled_before_ms=100, inflight_published_ms=90, answered_through=(7, 95)
+    )
     data = encode_state(state, delivery)
     assert decode_record(data) == (state, delivery)
     assert decode_state(data) == state
@@ -58,8 +60,12 @@ def test_delivery_records_travel_beside_the_state_and_stay_out_of_it() -> None:
     record = orjson.loads(encode_state(state, Delivery(), compress_above=1 << 30))
     assert record["applied_commands"] == []
     assert "cancelled_before_ms" not in record and "inflight_published_ms" not in record
+    assert "answered_through" not in record
     with pytest.raises(StateDecodeError, match="delivery"):
         decode_record(orjson.dumps(record | {"applied_commands": 5}))
+    for bad in ([1], [1, "2"], 3):
+        with pytest.raises(StateDecodeError, match="delivery"):
+            decode_record(orjson.dumps(record | {"answered_through": bad}))
 
 
 def test_small_states_are_plain_json_and_large_ones_compressed() -> None:

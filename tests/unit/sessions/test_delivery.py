@@ -81,3 +81,17 @@ def test_a_list_holding_an_id_twice_forgets_what_falls_out_of_the_window() -> No
     assert after.applied == ("a", *fresh)
     assert after.answered("a") and not after.answered("b")
     assert not after.applying("z").answered("a")
+
+
+def test_a_record_at_or_before_the_newest_answered_is_recognised_and_a_new_topics_is_not() -> None:
+    delivery = Delivery().finished("c9").through((9, 1_000))
+    assert delivery.read_before(9, 1_000) and delivery.read_before(3, 900)
+    assert not delivery.read_before(10, 1_001)
+    # A topic made anew starts its offsets again, with records published later.
+    assert not delivery.read_before(0, 5_000)
+    # A record without a publication time is never recognised by position.
+    assert not delivery.read_before(3, -1)
+    # Every value made from it keeps the position; none given changes nothing.
+    later = delivery.applying("x").finished("y").started(5).covering(7)
+    assert later.answered_through == (9, 1_000)
+    assert later.through(None) is later
