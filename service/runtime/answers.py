@@ -56,15 +56,20 @@ class Answers:
         keeps: SessionState | None,
         seq: int = 0,
         max_bytes: int | None = None,
+        rollback_to: int | None = None,
     ) -> None:
         """Answer ``work`` with an ``error`` result, committed with its input offset.
 
         ``keeps`` is the session state the answer leaves (``None``: the session keeps none and
         the answer is recognised by its committed offset only); it is written with the command
-        marked applied and an event sequence number of at least ``seq``. Nothing is counted or
-        handed on when the answer cannot be built.
+        marked applied and an event sequence number of at least ``seq``. When it is the state
+        from before the command, ``rollback_to`` is that state's version: the versions the
+        command's boundaries committed since are removed with it (their messages are no longer
+        the session's). Nothing is counted or handed on when the answer cannot be built.
         """
-        outcome = self._error(work, code, message, keeps=keeps, seq=seq, max_bytes=max_bytes)
+        outcome = self._error(
+            work, code, message, keeps=keeps, seq=seq, max_bytes=max_bytes, rollback_to=rollback_to
+        )
         self._metrics.command(work.command_type, "error")
         self._metrics.result("error", code)
         self._submit(outcome)
@@ -97,6 +102,7 @@ class Answers:
                 "internal",
                 reason,
                 keeps=state_before(before, work.session_id),
+                rollback_to=version_of(before),
                 seq=before.event_seq,
                 max_bytes=FALLBACK_RESULT_MAX_BYTES,
             )
@@ -114,6 +120,7 @@ class Answers:
         keeps: SessionState | None,
         seq: int,
         max_bytes: int | None,
+        rollback_to: int | None = None,
     ) -> Outcome:
         command = work.command
         command_id = work.command_id
@@ -137,7 +144,9 @@ class Answers:
             delivery = delivery.finished(command_id).through(
                 commands_position(work.record, self._topics.commands)
             )
-            outcome.state = self._writer.write(keeps, event_seq, delivery)
+            outcome.state = self._writer.write(
+                keeps, event_seq, delivery, rollback_to=rollback_to
+            )
             outcome.replay_unsafe = False
         return outcome
 
@@ -151,6 +160,12 @@ def state_before(stored: StoredSession | None, session_id: str) -> SessionState:
     state = (stored.state if stored is not None else SessionState(session_id=session_id)).snapshot()
     state.inflight = None
     return state
+
+
+def version_of(stored: StoredSession | None) -> int:
+    """The version ``stored`` is at (0 before the session's first)."""
+    last = stored.last_version if stored is not None else None
+    return last if last is not None else 0
 
 
 def _trace(work: CommandWork) -> list[tuple[str, bytes]]:

@@ -26,7 +26,7 @@ from service.agent.state import SessionState
 from service.observability.logs import log_context
 from service.observability.metrics import Metrics
 from service.observability.tracing import current_span, from_headers, span
-from service.runtime.answers import Answers, state_before
+from service.runtime.answers import Answers, state_before, version_of
 from service.runtime.bad_input import classify_refusal, foreign_agent_refusal, no_agent_refusal
 from service.runtime.cancels import CancelDesk
 from service.runtime.faults import FaultPoints, InjectedCommitError
@@ -350,7 +350,12 @@ class CommandPath:
         work.span.set(tracing.ERROR_CODE, code)
         work.span.failed(f"{code}: {message}")
         self._answers.error(
-            work, code, message, keeps=state_before(stored, work.session_id), seq=seq
+            work,
+            code,
+            message,
+            keeps=state_before(stored, work.session_id),
+            seq=seq,
+            rollback_to=version_of(stored),
         )
 
     def _duplicate(self, work: CommandWork) -> None:

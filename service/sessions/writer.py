@@ -74,10 +74,13 @@ class SessionWriter:
         delivery: Delivery | None = None,
         *,
         step: Step | None = None,
+        rollback_to: int | None = None,
     ) -> StateWrite:
         """Store ``state`` and ``delivery`` (unchanged when not given) as the session's latest
         and return the records that write them; a ``step`` makes the state the session's next
-        version (the oldest kept beyond ``versions_kept`` are tombstoned)."""
+        version (the oldest kept beyond ``versions_kept`` are tombstoned). ``rollback_to`` puts
+        the session back to its state at that version (0: before its first): the versions
+        after it are tombstoned, and the next step is numbered after it again."""
         session_id = state.session_id
         before = self.store.get(session_id)
         if delivery is None:
@@ -95,7 +98,7 @@ class SessionWriter:
             )
         results, written = self._results(state, before, records)
         applied, applied_count = self._applied(session_id, delivery, before, records)
-        versions = self._versions(state, before, step, records)
+        versions = self._versions(state, before, step, records, rollback_to)
         pending = state.pending
         assistant_at = None
         if pending is not None and new and pending.assistant_message is new[-1]:
@@ -182,10 +185,14 @@ class SessionWriter:
         before: StoredSession | None,
         step: Step | None,
         records: list[tuple[bytes, bytes | None]],
+        rollback_to: int | None = None,
     ) -> list[dict[str, Any]]:
         """The version entries kept after this write: a step adds one (its entry and body
-        written), and those beyond the bound are tombstoned, oldest first."""
+        written), and those beyond the bound are tombstoned, oldest first; a rollback tombstones
+        those after its version first."""
         kept = list(before.versions) if before is not None else []
+        while rollback_to is not None and kept and kept[-1]["version"] > rollback_to:
+            records.extend(_version_tombstones(state.session_id, kept.pop()))
         if step is None:
             return kept
         session_id = state.session_id

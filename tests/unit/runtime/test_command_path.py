@@ -25,8 +25,10 @@ from service.runtime.invoker import AbandonedError
 from service.runtime.partitioning import keyed_partition
 from service.runtime.records import ParsedCommand, parse_command
 from service.runtime.work import CommandWork, InputRecord, Origin, Outcome
+from service.sessions import history
 from service.sessions.delivery import Delivery
 from service.sessions.store import SessionStore, StoredSession
+from service.sessions.versions import Step
 from service.sessions.writer import StateTooLargeError
 from service.settings import TopicSettings
 from service.wire.commands import CancelCommand
@@ -308,6 +310,36 @@ async def test_the_engine_refusing_or_outgrowing_the_limit_answers_with_its_code
     [answer] = t.results()
     assert answer["error"]["code"] == code
     assert t.counted("invoke", "error") == 1
+
+
+class BoundaryThenTooLarge(FakeEngine):
+    """Commits a boundary of the command (its state, as the session's next version), then
+    outgrows the record limit."""
+
+    def __init__(self) -> None:
+        super().__init__(StateTooLargeError(2_000_000, 1_000_000))
+        self.writer: Any = None
+
+    async def run(
+        self, work: CommandWork, command: ParsedCommand, agent: Any, stored: StoredSession
+    ) -> None:
+        state = stored.state.snapshot()
+        state.messages.append({"role": "user", "content": [{"text": "hi"}]})
+        self.writer.write(state, 1, step=Step(0, command.command_id, position="after_model"))
+        await super().run(work, command, agent, stored)
+
+
+async def test_a_command_that_fails_after_a_boundary_takes_that_boundarys_version_back() -> None:
+    engine = BoundaryThenTooLarge()
+    t = Harness(engine)
+    engine.writer = writer_for(t.store)
+    await t.path.handle(_command("c", 1))
+    stored = t.store.get("s")
+    assert stored is not None and stored.versions == [] and stored.state.messages == []
+    [answer] = t.results()
+    assert answer["error"]["code"] == "limit_exceeded"
+    write = t.outcomes[-1].state
+    assert write is not None and (history.version_key("s", 1), None) in write.records
 
 
 async def test_a_command_left_at_its_boundary_by_a_stopping_owner_is_not_answered() -> None:

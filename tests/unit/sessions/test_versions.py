@@ -105,6 +105,27 @@ def test_versions_past_the_bound_are_tombstoned_oldest_first() -> None:
     }
 
 
+def test_a_rollback_removes_the_versions_after_its_own_and_numbering_resumes_there() -> None:
+    """A command that failed after committing boundaries leaves the session as before it: the
+    versions those boundaries made go too, for the next turn rewrites the messages they read."""
+    writer, log = _writer(), Log()
+    states = _turn(writer, log, 4)
+    log.apply(writer.write(states[1], 9, rollback_to=2))
+    stored = log.restored().get("s")
+    assert stored is not None
+    assert [e["version"] for e in stored.versions] == [1, 2]
+    kept = {k for k in log.records if history.is_history_key(k) and k[2:3] in (b"v", b"b")}
+    assert kept == {history.version_key("s", v) for v in (1, 2)} | {
+        history.body_key("s", v) for v in (1, 2)
+    }
+    log.apply(writer.write(states[2], 10, step=Step(1, "c5", position="after_model")))
+    latest = writer.store.get("s")
+    assert latest is not None and latest.last_version == 3
+    # Back to before the first version: none is left.
+    log.apply(writer.write(SessionState(session_id="s", agent="a"), 11, rollback_to=0))
+    assert log.restored().get("s").versions == []  # type: ignore[union-attr]
+
+
 def test_history_pages_newest_first_with_a_cursor() -> None:
     entries: list[dict[str, Any]] = [{"version": v, "parts": 1} for v in range(3, 9)]
     first, cursor = page(entries, 4, None)
