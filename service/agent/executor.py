@@ -7,7 +7,14 @@ result the session can store, no larger than ``result_max_bytes`` (else the erro
 ``result_too_large_text``), and agent state stays storable; results land in ``run.results``
 by toolUseId, interrupts raised in ``run.raised`` in toolUse order. Before-tools and after-tools
 hooks fire for every batch a cancel stops, the after-tools event carrying every result the batch
-will append, synthetic ones included.
+will append, synthetic ones included, in the order it appends them
+(:func:`~service.agent.messages.result_order`).
+
+A toolUse whose name no tool can have (:func:`~service.agent.results.tool_name_error`) gets
+that error result as soon as the batch starts (past its before-tools hooks and a cancel seen
+before it), before any tool runs; it is no tool call: no tool-call hooks (which thus cannot
+interrupt or skip it), no started/finished events, span or tool metrics. A valid name that no
+tool of the agent has is a tool call like any other, whose result is ``Unknown tool: <name>``.
 
 Tools with effect ``once``: each is recorded as started in ``run.started`` and a durable
 :class:`LedgerChanged` is yielded before it starts (the ``once`` tools that the concurrent
@@ -37,6 +44,7 @@ from service.agent.hooks import (
     BeforeToolsEvent,
 )
 from service.agent.interrupts import InterruptSignal
+from service.agent.messages import result_order
 from service.agent.outcomes import (
     OUTCOME_UNKNOWN,
     answered_block,
@@ -50,6 +58,7 @@ from service.agent.results import (
     error_text,
     result_status,
     timeout_text,
+    tool_name_error,
     tool_result,
     unknown_tool_text,
 )
@@ -388,6 +397,23 @@ async def _concurrent(
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def _check_names(run: BatchRun, uses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Give each toolUse without a result whose name is invalid its error result; return the
+    others without a result, the ones left to run."""
+    todo = []
+    for use in uses:
+        tool_use_id = use["toolUseId"]
+        if tool_use_id in run.results:
+            continue
+        text = tool_name_error(use)
+        if text is None:
+            todo.append(use)
+        else:
+            # The name is the model's, of any length: measured like any result.
+            run.results[tool_use_id] = _checked(run, tool_use_id, error_result(tool_use_id, text))
+    return todo
+
+
 async def run_batch(run: BatchRun) -> AsyncIterator[Event | LedgerChanged]:
     """Run the tools of ``run.uses`` that have no result yet; see the module guarantees.
 
@@ -405,7 +431,7 @@ async def run_batch(run: BatchRun) -> AsyncIterator[Event | LedgerChanged]:
             run.raised[""] = signal.interrupt
     # No tool starts once the batch is interrupted or a cancel was seen.
     stop_before = bool(run.raised) or run.cancel.is_set
-    todo = [] if stop_before else [u for u in run.uses if u["toolUseId"] not in run.results]
+    todo = [] if stop_before else _check_names(run, run.uses)
     if run.agent.executor == "concurrent" and len(todo) > 1:
         async for event in _concurrent(run, todo):
             yield event
@@ -459,7 +485,11 @@ async def run_batch(run: BatchRun) -> AsyncIterator[Event | LedgerChanged]:
         # As in the reference: a batch its before-tools hook interrupted never started.
         return
     if hooks.has(AfterToolsEvent):
-        ordered = [run.results[u["toolUseId"]] for u in run.uses if u["toolUseId"] in run.results]
+        ordered = [
+            run.results[u["toolUseId"]]
+            for u in result_order(run.uses, run.results)
+            if u["toolUseId"] in run.results
+        ]
         await hooks.fire(
             AfterToolsEvent(
                 run.agent,

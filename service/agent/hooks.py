@@ -77,6 +77,8 @@ class BeforeToolsEvent(HookEvent):
 
 @dataclass(slots=True)
 class AfterToolsEvent(HookEvent):
+    """Fires after a batch; ``results`` are those the results message gets, in its order."""
+
     message: Message
     results: list[ContentBlock]
     interrupted: bool = False
@@ -88,6 +90,7 @@ class BeforeToolCallEvent(HookEvent):
     """Fires before one tool runs; set ``cancel_tool`` to skip it.
 
     A string is the skipped tool's error text; ``True`` gives the reference's default text.
+    Never fires for a toolUse whose name is invalid: that one gets its error result unasked.
     """
 
     tool_use: dict[str, Any]
@@ -103,7 +106,8 @@ class BeforeToolCallEvent(HookEvent):
 
 @dataclass(slots=True)
 class AfterToolCallEvent(HookEvent):
-    """Fires after one tool ran; ``result`` may be replaced by the callback.
+    """Fires after one tool ran (so never for a toolUse whose name is invalid); ``result`` may
+    be replaced by the callback.
 
     ``exception`` is what the tool raised, a stray ``asyncio.CancelledError`` included.
     """

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.agent.results import error_result
+from service.agent.results import CANCELLED_TEXT, error_result, tool_name_error
 from service.agent.types import ContentBlock, Message
 
 
@@ -55,12 +55,39 @@ def append_message(messages: list[Message], message: Message) -> Message:
     return message
 
 
+def _name_checked(use: dict[str, Any], block: ContentBlock | None) -> bool:
+    if block is None or tool_name_error(use) is None:
+        return False
+    # Once its batch starts, the name check's result (or the error replacing one too large) is
+    # the only result a toolUse with an invalid name gets; a batch stopped before it started
+    # gives it the cancel result instead.
+    return bool(block["toolResult"].get("content") != [{"text": CANCELLED_TEXT}])
+
+
+def result_order(
+    uses: list[dict[str, Any]], results: dict[str, ContentBlock]
+) -> list[dict[str, Any]]:
+    """The toolUses in the order their results go into the results message.
+
+    First those the name check answered (:func:`~service.agent.results.tool_name_error`), then
+    the others, each group in toolUse order. A toolUse with an invalid name and no result yet,
+    or with the cancel result of a batch stopped before it started, is among the others.
+    """
+    first = [_name_checked(use, results.get(use["toolUseId"])) for use in uses]
+    if not any(first):
+        return uses
+    return [u for u, f in zip(uses, first, strict=True) if f] + [
+        u for u, f in zip(uses, first, strict=True) if not f
+    ]
+
+
 def results_message(
     uses: list[dict[str, Any]], results: dict[str, ContentBlock], missing_text: str
 ) -> Message:
-    """One user message with a result for every toolUse, in toolUse order."""
+    """One user message with a result for every toolUse, in :func:`result_order`; a toolUse
+    without one in ``results`` gets an error result of ``missing_text``."""
     content: list[ContentBlock] = []
-    for use in uses:
+    for use in result_order(uses, results):
         tool_use_id = use["toolUseId"]
         block = results.get(tool_use_id)
         content.append(block if block is not None else error_result(tool_use_id, missing_text))

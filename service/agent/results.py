@@ -9,6 +9,7 @@ a foreign value or exception: one without a text form becomes an error result to
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from pydantic import BaseModel
@@ -45,6 +46,35 @@ def timeout_text(name: str, seconds: float) -> str:
 
 def unknown_tool_text(name: str) -> str:
     return f"Unknown tool: {name}"
+
+
+TOOL_NAME_MAX_LENGTH = 64
+# ``match`` with ``$``: a single trailing newline passes the pattern (and counts toward the
+# length), exactly the names the reference accepts.
+_TOOL_NAME = re.compile(r"[a-zA-Z0-9_\-]+$")
+TOOL_NAME_MISSING_TEXT = "Error: tool name missing"
+
+
+def tool_name_error(use: dict[str, Any]) -> str | None:
+    """The error text for a toolUse whose name no tool can have; None when the name is valid.
+
+    Valid: a string of 1 to ``TOOL_NAME_MAX_LENGTH`` ASCII letters, digits, ``_`` and ``-``,
+    optionally ending in one newline (counted in the length). The pattern is checked before
+    the length, so a long name with a bad character gets the pattern text. A name that is not
+    a string fails the pattern, shown by its ``str()``.
+    """
+    if "name" not in use:
+        return TOOL_NAME_MISSING_TEXT
+    name = use["name"]
+    if not isinstance(name, str) or _TOOL_NAME.match(name) is None:
+        shown = name if isinstance(name, str) else _str(name) or type(name).__name__
+        return f"Error: tool_name=<{shown}> | invalid tool name pattern"
+    if len(name) > TOOL_NAME_MAX_LENGTH:
+        return (
+            f"Error: tool_name=<{name}>, tool_name_max_length=<{TOOL_NAME_MAX_LENGTH}>"
+            " | invalid tool name length"
+        )
+    return None
 
 
 def unstorable_text(reason: str) -> str:

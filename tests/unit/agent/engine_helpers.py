@@ -13,6 +13,7 @@ from service.agent.definition import AgentDefinition
 from service.agent.events import Event, Stopped
 from service.agent.hooks import HookProvider
 from service.agent.loop import Invocation, run_invocation
+from service.agent.messages import result_order
 from service.agent.state import SessionState
 from service.agent.tools import ToolContext, tool
 from service.agent.types import AgentResult, Limits
@@ -164,7 +165,8 @@ def results_of(message: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def check_history(state: SessionState) -> None:
-    """Roles alternate; each toolUse has exactly one toolResult, in the next message, in order.
+    """Roles alternate; each toolUse has exactly one toolResult, in the next message, in order
+    (:func:`~service.agent.messages.result_order`: name errors first, then toolUse order).
 
     The assistant message of a pending batch (last in history) is allowed to lack results.
     """
@@ -185,8 +187,22 @@ def check_history(state: SessionState) -> None:
             assert state.pending is not None, "trailing toolUse without a pending batch"
             assert state.pending.assistant_message == message
             continue
+        blocks = {
+            b["toolResult"]["toolUseId"]: b
+            for b in messages[index + 1]["content"]
+            if "toolResult" in b
+        }
         following = [r["toolUseId"] for r in results_of(messages[index + 1])]
-        assert following == uses, f"results {following} do not match toolUses {uses}"
+        ordered = [
+            u["toolUseId"]
+            for u in result_order(
+                [b["toolUse"] for b in message["content"] if "toolUse" in b], blocks
+            )
+        ]
+        assert sorted(following) == sorted(uses), (
+            f"results {following} do not match toolUses {uses}"
+        )
+        assert following == ordered, f"results {following} are not in the order {ordered}"
     if state.pending is not None:
         assert messages and messages[-1] == state.pending.assistant_message
 

@@ -338,3 +338,19 @@ async def test_deferred_cancel_during_the_model_stream_starts_no_batch(checkpoin
     assert out.state.checkpoint is None and out.state.pending is None
     assert model_of(agent).calls == 1
     check_history(out.state)
+
+
+async def test_resolve_cancel_of_an_interrupt_pause_keeps_the_name_errors_first() -> None:
+    script = [
+        [call("record", "a", label="a"), call("approve", "b", action="x"), call("no such", "c")],
+        "never",
+    ]
+    agent = make_agent(script, checkpointing=False, tools=ALL)
+    out = await invoke(agent, new_state(), "go")
+    assert out.stop == "interrupt"
+    _, state = resolve_cancel(out.state, None)
+    assert [(r["toolUseId"], r["content"]) for r in results_of(state.messages[2])] == [
+        ("c", [{"text": "Error: tool_name=<no such> | invalid tool name pattern"}]),
+        ("a", [{"text": "a"}]),
+        ("b", CANCELLED),
+    ]

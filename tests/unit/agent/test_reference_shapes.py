@@ -11,12 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from engine_helpers import answers, call, invoke, make_agent, resume
+from engine_helpers import answers, call, invoke, make_agent, resume, roundtrip
 
 from service.agent.cancel import CancelSignal
 from service.agent.errors import CheckpointIncompatibleError
+from service.agent.events import ToolStarted
 from service.agent.hooks import (
     AfterModelCallEvent,
+    AfterToolCallEvent,
+    AfterToolsEvent,
     BeforeToolCallEvent,
     BeforeToolsEvent,
     HookProvider,
@@ -652,3 +655,182 @@ async def test_cancel_inside_a_tool_beats_the_after_tools_checkpoint(mode: str) 
         "interrupts": None,
     }
     assert out.state.messages[2:] == [user(ok("s1", "stopped:a"), second)]
+
+
+# --- tool names no tool can have --------------------------------------------------------------
+
+BAD = "Error: tool_name=<bad name!> | invalid tool name pattern"
+LONG = "a" * 70
+TOO_LONG = f"Error: tool_name=<{LONG}>, tool_name_max_length=<64> | invalid tool name length"
+GATE_E1 = "v1:before_tool_call:e1:a9bb0ac7-7af2-5477-bcbf-e70bf970ffa3"
+
+
+class Recorder(HookProvider):
+    """Records the toolUseIds each tool-call hook saw and the after-tools results."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.after_tools: list[list[dict[str, Any]]] = []
+
+    def register_hooks(self, registry: HookRegistry) -> None:
+        registry.add_callback(BeforeToolCallEvent, self.before_call)
+        registry.add_callback(AfterToolCallEvent, self.after_call)
+        registry.add_callback(AfterToolsEvent, self.after_batch)
+
+    def before_call(self, event: BeforeToolCallEvent) -> None:
+        self.calls.append(f"before {event.tool_use['toolUseId']}")
+
+    def after_call(self, event: AfterToolCallEvent) -> None:
+        self.calls.append(f"after {event.tool_use['toolUseId']}")
+
+    def after_batch(self, event: AfterToolsEvent) -> None:
+        self.after_tools.append(list(event.results))
+
+
+@pytest.mark.parametrize("executor", ["sequential", "concurrent"])
+async def test_invalid_names_get_the_name_error_first_and_unknown_valid_names_stay_in_place(
+    executor: str,
+) -> None:
+    batch = [
+        call("echo", "e0", text="first"),
+        call("nosuch", "u1"),
+        call("bad name!", "x1", q=1),
+        call("echo", "e2", text="z"),
+        call(LONG, "x3"),
+    ]
+    recorder = Recorder()
+    agent = make_agent(
+        [batch, "done"], checkpointing=False, tools=BASE, executor=executor, hooks=[recorder]
+    )
+    out = await invoke(agent, new_state(), "hi")
+    assert out.stop == "end_turn"
+    results = user(
+        err("x1", BAD),
+        err("x3", TOO_LONG),
+        ok("e0", "first"),
+        err("u1", "Unknown tool: nosuch"),
+        ok("e2", "z"),
+    )
+    assert out.state.messages[2] == results
+    assert recorder.after_tools == [results["content"]]
+    # Never a tool call: no hooks, no started event, no tool metrics.
+    assert {c.split()[1] for c in recorder.calls} == {"e0", "u1", "e2"}
+    assert {e.tool_use_id for e in out.of(ToolStarted)} == {"e0", "u1", "e2"}
+    assert set(out.result.metrics["invocation"]["tools"]) == {"echo", "nosuch"}
+
+
+async def test_a_name_may_end_in_one_newline_which_counts_toward_the_length() -> None:
+    name64 = "a" * 64
+    batch = [
+        call("echo\n", "n1", text="a"),
+        call(name64 + "\n", "n2"),
+        call(name64, "n3"),
+        call("echo\n\n", "n4"),
+        call("", "n5"),
+    ]
+    agent = make_agent([batch, "done"], checkpointing=False, tools=BASE)
+    out = await invoke(agent, new_state(), "hi")
+    assert out.state.messages[2] == user(
+        err(
+            "n2",
+            f"Error: tool_name=<{name64}\n>, tool_name_max_length=<64> | invalid tool name length",
+        ),
+        err("n4", "Error: tool_name=<echo\n\n> | invalid tool name pattern"),
+        err("n5", "Error: tool_name=<> | invalid tool name pattern"),
+        err("n1", "Unknown tool: echo\n"),
+        err("n3", f"Unknown tool: {name64}"),
+    )
+
+
+async def test_a_tool_use_without_a_name_is_answered_as_missing_its_name() -> None:
+    reply = assistant({"toolUse": {"toolUseId": "m1", "input": {}}}, use("e1", "echo", text="a"))
+    agent = make_agent([reply, "done"], checkpointing=False, tools=BASE)
+    out = await invoke(agent, new_state(), "hi")
+    assert out.state.messages[2] == user(err("m1", "Error: tool name missing"), ok("e1", "a"))
+
+
+async def test_an_invalid_name_is_never_gated_and_its_result_stays_first_after_the_answer() -> None:
+    batch = [call("echo", "e1", text="a"), call("bad name!", "x1")]
+    agent = make_agent([batch, "done"], checkpointing=False, tools=BASE, hooks=[Gate()])
+    out = await invoke(agent, new_state(), "go")
+    assert [i["id"] for i in reference_view(out.result)["interrupts"]] == [GATE_E1]
+    out = await invoke(agent, roundtrip(out.state), answers((GATE_E1, "ok")))
+    assert out.stop == "end_turn"
+    assert out.state.messages[2] == user(err("x1", BAD), ok("e1", "a"))
+
+
+@pytest.mark.parametrize("executor", ["sequential", "concurrent"])
+async def test_after_a_tool_interrupt_the_name_errors_still_come_first(executor: str) -> None:
+    batch = [
+        call("echo", "e0", text="a"),
+        call("approve", "ap", action="ship"),
+        call("bad name!", "x1"),
+        call("echo", "e2", text="b"),
+    ]
+    agent = make_agent([batch, "done"], checkpointing=False, tools=BASE, executor=executor)
+    out = await invoke(agent, new_state(), "go")
+    assert out.stop == "interrupt"
+    out = await invoke(agent, roundtrip(out.state), answers((APPROVAL_ID, "yes")))
+    assert out.stop == "end_turn"
+    # [ours] after the name errors, toolUse order (the reference puts the results completed
+    # before the interrupt next).
+    assert out.state.messages[2] == user(
+        err("x1", BAD), ok("e0", "a"), ok("ap", "ship:yes"), ok("e2", "b")
+    )
+
+
+async def test_the_name_errors_come_first_at_a_resume_from_after_model_and_after_a_batch_hook() -> (
+    None
+):
+    batch = [call("echo", "e1", text="a"), call("bad name!", "x1")]
+    agent = make_agent([batch, "done"], tools=BASE)
+    out = await invoke(agent, new_state(), "go")
+    assert out.checkpoint == {"position": "after_model", "cycle_index": 0, "schema_version": "1.0"}
+    out = await invoke(agent, roundtrip(out.state), resume(out))
+    assert out.state.messages[2] == user(err("x1", BAD), ok("e1", "a"))
+
+    batch_id = "v1:before_tools:225782ff-faeb-5e16-a39a-2dd54ed6cd85"
+    agent = make_agent([batch, "done"], checkpointing=False, tools=BASE, hooks=[Batch()])
+    out = await invoke(agent, new_state(), "go")
+    assert out.stop == "interrupt"
+    out = await invoke(agent, roundtrip(out.state), answers((batch_id, "ok")))
+    assert out.state.messages[2] == user(err("x1", BAD), ok("e1", "a"))
+
+
+async def test_a_batch_that_never_started_keeps_tool_use_order() -> None:
+    signal = CancelSignal()
+    batch = [call("echo", "e1", text="a"), call("bad name!", "x1")]
+    agent = make_agent(
+        [batch, "never"],
+        checkpointing=False,
+        tools=BASE,
+        hooks=[CancelAfterModel(signal, None)],
+    )
+    out = await invoke(agent, new_state(), "go", cancel=signal)
+    assert out.state.messages[2] == user(
+        err("e1", "Tool execution cancelled"), err("x1", "Tool execution cancelled")
+    )
+
+    agent = make_agent([batch, "fresh"], tools=BASE)
+    out = await invoke(agent, new_state(), "go")
+    out = await invoke(agent, out.state, "new prompt")
+    assert out.state.messages[2] == user(
+        err("e1", "Tool was interrupted."),
+        err("x1", "Tool was interrupted."),
+        {"text": "new prompt"},
+    )
+
+
+async def test_a_cancel_inside_the_batch_leaves_the_name_errors_first() -> None:
+    batch = [
+        call("echo", "e0", text="a"),
+        call("stopper", "s1", text="b", mode="now"),
+        call("echo", "e2", text="c"),
+        call("bad name!", "x1"),
+    ]
+    agent = make_agent([batch, "never"], checkpointing=False, tools=[stopper, echo])
+    out = await invoke(agent, new_state(), "go")
+    assert out.stop == "cancelled"
+    assert out.state.messages[2] == user(
+        err("x1", BAD), ok("e0", "a"), ok("s1", "stopped:b"), err("e2", "Tool execution cancelled")
+    )

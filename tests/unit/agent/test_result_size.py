@@ -2,7 +2,8 @@
 
 A result whose JSON encoding is longer reaches the model as an error result with the documented
 text, whichever way it was made (the tool, an after-tool-call hook, a skipping before-hook, an
-interrupt answer); one exactly at the maximum passes unchanged; the session stays usable.
+interrupt answer, the check of the tool's name); one exactly at the maximum passes unchanged;
+the session stays usable.
 """
 
 from __future__ import annotations
@@ -31,7 +32,12 @@ from service.agent.hooks import (
     HookProvider,
     HookRegistry,
 )
-from service.agent.results import RESULT_TOO_LARGE_TEXT, result_too_large_text, tool_result
+from service.agent.results import (
+    RESULT_TOO_LARGE_TEXT,
+    error_result,
+    result_too_large_text,
+    tool_result,
+)
 from service.agent.state import SessionState
 from service.agent.tools import ToolContext, tool
 
@@ -195,3 +201,17 @@ async def test_an_interrupt_answer_returned_by_the_tool_is_caught_on_resume() ->
     assert result == too_large("a", encoded_size("a", answer), 200)
     check_history(out.state)
     roundtrip(out.state)
+
+
+async def test_a_too_large_name_error_is_caught_and_keeps_its_place_first() -> None:
+    name = "bad name " * 40
+    text = f"Error: tool_name=<{name}> | invalid tool name pattern"
+    limit = encoded_size("a", "x" * 100)
+    script = [[call("echo", "b", text="small"), call(name, "a")], "done"]
+    agent = make_agent(script, checkpointing=False, tools=TOOLS)
+    out = await invoke(agent, new_state(), "go", result_max_bytes=limit)
+    assert out.stop == "end_turn"
+    first, second = seen_by_model(agent)
+    assert first == too_large("a", len(orjson.dumps(error_result("a", text))), limit)
+    assert second == {"toolUseId": "b", "status": "success", "content": [{"text": "small"}]}
+    check_history(out.state)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from engine_helpers import call, invoke, make_agent, results_of
 
+from service.agent.results import tool_name_error
 from service.agent.state import SessionState
 from service.agent.tools import FunctionTool, ToolContext, tool
 
@@ -202,3 +203,28 @@ async def test_idempotency_key_is_stable_across_a_replay() -> None:
         resume(paused),
     )
     assert len(SEEN) == 2 and SEEN[0]["key"] == SEEN[1]["key"]
+
+
+@pytest.mark.parametrize(
+    ("use", "text"),
+    [
+        ({"name": "echo"}, None),
+        ({"name": "A-z_09"}, None),
+        ({"name": "a" * 64}, None),
+        ({"name": "echo\n"}, None),
+        ({}, "Error: tool name missing"),
+        ({"name": ""}, "Error: tool_name=<> | invalid tool name pattern"),
+        ({"name": "\u00e9cho"}, "Error: tool_name=<\u00e9cho> | invalid tool name pattern"),
+        ({"name": "a.b"}, "Error: tool_name=<a.b> | invalid tool name pattern"),
+        ({"name": "\necho"}, "Error: tool_name=<\necho> | invalid tool name pattern"),
+        ({"name": 5}, "Error: tool_name=<5> | invalid tool name pattern"),
+        ({"name": None}, "Error: tool_name=<None> | invalid tool name pattern"),
+        (
+            {"name": "a" * 65},
+            f"Error: tool_name=<{'a' * 65}>, tool_name_max_length=<64> | invalid tool name length",
+        ),
+        ({"name": "a " * 40}, f"Error: tool_name=<{'a ' * 40}> | invalid tool name pattern"),
+    ],
+)
+def test_the_name_check_texts(use: dict[str, Any], text: str | None) -> None:
+    assert tool_name_error(use) == text
