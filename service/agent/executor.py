@@ -190,9 +190,11 @@ async def _invoke(tool: Tool, use: dict[str, Any], context: ToolContext, run: Ba
     """The tool's value; past its timeout its own cancel signal is set, and after a short
     grace it is abandoned (an async tool is cancelled; a sync one's thread cannot be)."""
     timeout_s = tool.policy.timeout_s
+    # As the model gave it, null and lists included: refusing what it cannot take is the tool's.
+    tool_input = use.get("input", {})
     if timeout_s is None:
-        return await tool.invoke(use.get("input") or {}, context)
-    task = asyncio.ensure_future(tool.invoke(use.get("input") or {}, context))
+        return await tool.invoke(tool_input, context)
+    task = asyncio.ensure_future(tool.invoke(tool_input, context))
     forward = asyncio.ensure_future(_forward_cancel(run.cancel, context.cancel))
     try:
         done, _ = await asyncio.wait({task}, timeout=timeout_s)

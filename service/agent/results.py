@@ -22,6 +22,9 @@ ABANDONED_TEXT = "Tool was interrupted."
 TOOL_CANCELLED_TEXT = "tool cancelled by user"
 """A before-tool-call hook's ``cancel_tool = True`` (the reference's wording, lower case)."""
 VALIDATION_PREFIX = "Validation failed for input parameters: "
+INPUT_MODEL_PATH = "strands.tools.decorator"
+"""The module path the error for a non-object tool input puts before the input model's name:
+the reference's, so that text reads the same to the model (Cairn's model lives elsewhere)."""
 RESULT_STATUSES = ("success", "error")
 
 
@@ -42,6 +45,14 @@ TOOL_TIMEOUT_TEXT = "Error: tool {name} timed out after {seconds:g} s"
 
 def timeout_text(name: str, seconds: float) -> str:
     return TOOL_TIMEOUT_TEXT.format(name=name, seconds=seconds)
+
+
+def input_not_object_text(model_name: str, value: Any) -> str:
+    """Why a function tool refused an input that is not a JSON object (null, a list, ...)."""
+    return (
+        f"{VALIDATION_PREFIX}{INPUT_MODEL_PATH}.{model_name}() argument after ** must be a"
+        f" mapping, not {type(value).__name__}"
+    )
 
 
 def unknown_tool_text(name: str) -> str:

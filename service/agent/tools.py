@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 from service.agent.cancel import CancelSignal
 from service.agent.interrupts import InterruptBook, tool_call_id
 from service.agent.provider import ToolSpec
-from service.agent.results import VALIDATION_PREFIX
+from service.agent.results import VALIDATION_PREFIX, input_not_object_text
 from service.agent.toolspec import spec_for
 
 Effect = Literal["idempotent", "once"]
@@ -121,8 +121,13 @@ class Tool(abc.ABC):
         return other
 
     @abc.abstractmethod
-    async def invoke(self, input: dict[str, Any], context: ToolContext) -> Any:
-        """Run once and return the raw value (mapped to a toolResult by the engine)."""
+    async def invoke(self, input: Any, context: ToolContext) -> Any:
+        """Run once and return the raw value (mapped to a toolResult by the engine).
+
+        ``input`` is the toolUse's ``input`` as the model gave it (``{}`` when it gave none):
+        meant to be an object, it may be any JSON value (``null``, a list, ...), which the tool
+        refuses by raising.
+        """
 
 
 def _context_param(fn: Callable[..., Any]) -> str | None:
@@ -166,7 +171,17 @@ class FunctionTool(Tool):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
 
-    async def invoke(self, input: dict[str, Any], context: ToolContext) -> Any:
+    async def invoke(self, input: Any, context: ToolContext) -> Any:
+        """Validate ``input`` against the function's parameters and call it.
+
+        An input that is not an object is refused before validation, with
+        :func:`~service.agent.results.input_not_object_text`; one that fails validation, with
+        pydantic's error after the same ``Validation failed for input parameters: ``. Both
+        raise ``ValueError``, so the model sees ``Error: <text>``.
+        """
+        if not isinstance(input, dict):
+            # A ValueError, like a failed validation: its text reaches the model as it is.
+            raise ValueError(input_not_object_text(self._model.__name__, input))  # noqa: TRY004
         try:
             kwargs = dict(self._model.model_validate(input).__dict__)
         except ValidationError as exc:

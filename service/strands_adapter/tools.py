@@ -101,7 +101,7 @@ class StrandsTool(Tool):
             input_schema=dict(json_schema),
         )
 
-    async def invoke(self, input: dict[str, Any], context: ToolContext) -> Any:
+    async def invoke(self, input: Any, context: ToolContext) -> Any:
         cancel_signal = threading.Event()
         mirror = asyncio.create_task(_mirror_cancel(context.cancel, cancel_signal))
         try:
@@ -109,9 +109,7 @@ class StrandsTool(Tool):
         finally:
             mirror.cancel()
 
-    async def _run(
-        self, input: dict[str, Any], context: ToolContext, cancel_signal: threading.Event
-    ) -> Any:
+    async def _run(self, input: Any, context: ToolContext, cancel_signal: threading.Event) -> Any:
         tool_use: Any = {"toolUseId": context.tool_use_id, "name": self.name, "input": input}
         agent = AgentView(context, cancel_signal)
         state = {**context.invocation_state, "agent": agent}

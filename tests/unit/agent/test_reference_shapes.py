@@ -834,3 +834,42 @@ async def test_a_cancel_inside_the_batch_leaves_the_name_errors_first() -> None:
     assert out.state.messages[2] == user(
         err("x1", BAD), ok("e0", "a"), ok("s1", "stopped:b"), err("e2", "Tool execution cancelled")
     )
+
+
+# --- input that is not an object ------------------------------------------------------------
+
+
+@tool(inline=True)
+def noargs() -> str:
+    """No arguments."""
+    return "ok"
+
+
+def not_a_mapping(model: str, kind: str) -> str:
+    return (
+        f"Error: Validation failed for input parameters: strands.tools.decorator.{model}()"
+        f" argument after ** must be a mapping, not {kind}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [(None, "NoneType"), ([1], "list"), ("s", "str"), ([], "list"), ("", "str"), (0, "int")],
+)
+async def test_input_that_is_not_an_object_is_refused(value: Any, kind: str) -> None:
+    reply = assistant(
+        {"toolUse": {"toolUseId": "l1", "name": "echo", "input": value}},
+        {"toolUse": {"toolUseId": "l2", "name": "noargs", "input": value}},
+    )
+    agent = make_agent([reply, "done"], checkpointing=False, tools=[echo, noargs])
+    out = await invoke(agent, new_state(), "hi")
+    assert out.state.messages[2] == user(
+        err("l1", not_a_mapping("EchoTool", kind)), err("l2", not_a_mapping("NoargsTool", kind))
+    )
+
+
+async def test_a_tool_use_without_input_runs_with_no_arguments() -> None:
+    reply = assistant({"toolUse": {"toolUseId": "l1", "name": "noargs"}})
+    agent = make_agent([reply, "done"], checkpointing=False, tools=[noargs])
+    out = await invoke(agent, new_state(), "hi")
+    assert out.state.messages[2] == user(ok("l1", "ok"))

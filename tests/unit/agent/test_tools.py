@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from engine_helpers import call, invoke, make_agent, results_of
 
+from service.agent.cancel import CancelSignal
 from service.agent.results import tool_name_error
 from service.agent.state import SessionState
 from service.agent.tools import FunctionTool, ToolContext, tool
@@ -228,3 +229,24 @@ async def test_idempotency_key_is_stable_across_a_replay() -> None:
 )
 def test_the_name_check_texts(use: dict[str, Any], text: str | None) -> None:
     assert tool_name_error(use) == text
+
+
+@pytest.mark.parametrize(("value", "kind"), [(None, "NoneType"), ([], "list"), (1.5, "float")])
+async def test_a_function_tool_refuses_input_that_is_not_an_object(value: Any, kind: str) -> None:
+    calls: list[str] = []
+
+    @tool
+    def greet(name: str = "x") -> str:
+        """Greet."""
+        calls.append(name)
+        return name
+
+    context = ToolContext("s", "t1", CancelSignal())
+    with pytest.raises(ValueError) as raised:
+        await greet.invoke(value, context)
+    assert str(raised.value) == (
+        "Validation failed for input parameters: strands.tools.decorator.GreetTool()"
+        f" argument after ** must be a mapping, not {kind}"
+    )
+    assert calls == []
+    assert await greet.invoke({}, context) == "x"

@@ -20,6 +20,7 @@ from service.agent.events import Stopped
 from service.agent.loop import Invocation, run_invocation
 from service.agent.state import SessionState
 from service.agent.tools import Tool
+from service.agent.tools import tool as cairn_tool
 from service.agent_config import AgentConfigError, load_agents
 from service.providers.scripted import ReplySpec, ScriptedModel, ToolCall
 from service.sessions.codec import decode_state, encode_state
@@ -213,3 +214,31 @@ async def test_a_module_tool_runs_with_the_invocation_state(tmp_path: Path) -> N
     assert results(state) == [
         {"toolUseId": "t1", "status": "success", "content": [{"text": "HI! (agent shop)"}]}
     ]
+
+
+@pytest.mark.parametrize("value", [None, [1], "s"])
+async def test_input_that_is_not_an_object_gets_the_same_text_from_strands_and_cairn(
+    value: Any,
+) -> None:
+    def lookup_order(order_id: str) -> dict[str, Any]:
+        """Look an order up."""
+        return {}
+
+    reply = {
+        "role": "assistant",
+        "content": [{"toolUse": {"toolUseId": "t1", "name": "lookup_order", "input": value}}],
+    }
+    sample.CALLS.clear()
+    texts = []
+    for one in (StrandsTool(sample.lookup_order), cairn_tool(lookup_order)):
+        definition = AgentDefinition(name="shop", model=ScriptedModel([reply, "done"]), tools=[one])
+        _, state = await run(definition, SessionState(session_id="s6"), "go")
+        [result] = results(state)
+        assert result["status"] == "error"
+        texts.append(result["content"][0]["text"])
+    expected = (
+        "Error: Validation failed for input parameters: strands.tools.decorator.Lookup_orderTool()"
+        f" argument after ** must be a mapping, not {type(value).__name__}"
+    )
+    assert texts == [expected, expected]
+    assert sample.CALLS == [], "neither ran the function"
