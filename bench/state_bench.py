@@ -48,13 +48,10 @@ from service.runtime.clients import admin
 from service.runtime.records import RECORD_MAX_BYTES
 from service.runtime.restore import SessionsReader
 from service.runtime.topics import topic_specs, wait_for_leaders
+from service.sessions.cache import CACHE_MAX_BYTES, SessionCache
 from service.sessions.codec import encode_state
 from service.sessions.delivery import APPLIED_KEPT, Delivery
-from service.sessions.store import (
-    CACHE_MAX_BYTES,
-    SessionStore,
-    event_seq_header,
-)
+from service.sessions.store import SessionStore, event_seq_header
 from service.sessions.table import MemoryTable, Row, SqliteTable
 from service.sessions.writer import SessionWriter, StateWrite
 from service.settings import KafkaSettings, TopicSettings
@@ -424,7 +421,7 @@ async def timed_restore(kafka: KafkaSettings, topic: str, folder: Path) -> tuple
     try:
         before = table.position
         wall, cpu = time.perf_counter(), time.process_time()
-        await reader.restore(0, table, cache_max_bytes=CACHE_MAX_BYTES)
+        await reader.restore(0, table, cache=SessionCache())
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         return wall, cpu, table.position - before
     finally:

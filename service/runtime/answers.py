@@ -144,9 +144,7 @@ class Answers:
             delivery = delivery.finished(command_id).through(
                 commands_position(work.record, self._topics.commands)
             )
-            outcome.state = self._writer.write(
-                keeps, event_seq, delivery, rollback_to=rollback_to
-            )
+            outcome.state = self._writer.write(keeps, event_seq, delivery, rollback_to=rollback_to)
             outcome.replay_unsafe = False
         return outcome
 

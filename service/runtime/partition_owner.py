@@ -63,6 +63,7 @@ from service.runtime.transactions import (
 from service.runtime.transport import InputSource
 from service.runtime.txn_stream import GroupFencedError, TransactionStream
 from service.runtime.work import CommandWork, InputRecord
+from service.sessions.cache import SessionCache
 from service.sessions.store import SessionStore
 from service.sessions.table import SqliteTable
 from service.sessions.writer import SessionWriter
@@ -122,6 +123,8 @@ class OwnerContext:
     is written. ``None``: not checked (records placed without regard to their keys)."""
     held: dict[int, Held] = field(default_factory=dict)
     """By partition: what an owner that failed decided to publish again and did not publish."""
+    cache: SessionCache = field(default_factory=SessionCache)
+    """The decoded sessions of every owner, within the instance's one budget."""
 
 
 class _StopRequestedError(Exception):
@@ -216,6 +219,8 @@ class PartitionOwner:
             self._accepting = False
             self._ctx.inflight.count -= self._accepted - self._finished
             self._accepted = self._finished
+            if self._store is not None:
+                self._store.release()
             if self._table is not None:
                 if self._drained:
                     self._table.mark_clean()
@@ -419,9 +424,7 @@ class PartitionOwner:
 
     async def _restore(self) -> SessionStore:
         assert self._table is not None
-        return await self._ctx.sessions.restore(
-            self.partition, self._table, cache_max_bytes=self._ctx.settings.sessions.cache_max_bytes
-        )
+        return await self._ctx.sessions.restore(self.partition, self._table, cache=self._ctx.cache)
 
     def _seek(self, starts: dict[TopicPartition, int]) -> None:
         """Read from the stable committed offsets (before restore); the seeks and the switch to

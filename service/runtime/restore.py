@@ -31,6 +31,7 @@ from service.runtime.partitioning import keyed_partition
 from service.runtime.topics import partition_counts
 from service.runtime.work import OutRecord
 from service.sessions import history
+from service.sessions.cache import SessionCache
 from service.sessions.store import SessionStore, event_seq_of
 from service.sessions.table import Table
 from service.settings import KafkaSettings
@@ -73,7 +74,7 @@ class Sessions(Protocol):
     session (``SessionsReader``; an in-memory one in the unit tests)."""
 
     async def restore(
-        self, partition: int, table: Table, *, cache_max_bytes: int
+        self, partition: int, table: Table, *, cache: SessionCache
     ) -> SessionStore: ...
 
     async def stable_and_end(
@@ -109,14 +110,14 @@ class SessionsReader:
         self._forks_lock = asyncio.Lock()
         self._counts: dict[str, int] = {}
 
-    async def restore(self, partition: int, table: Table, *, cache_max_bytes: int) -> SessionStore:
+    async def restore(self, partition: int, table: Table, *, cache: SessionCache) -> SessionStore:
         """The partition's store over ``table``, brought up to the changelog's end."""
         async with self._lock:
             consumer = await self._committed()
             try:
                 records = await catch_up(KafkaChangelog(consumer), self._topic, partition, table)
                 self._metrics.restored(records)
-                return SessionStore(table, cache_max_bytes=cache_max_bytes)
+                return SessionStore(table, cache=cache)
             except Exception:
                 # A reader in an unknown state is not reused: the next restore starts afresh.
                 self._consumer = None

@@ -42,6 +42,7 @@ from service.runtime.streams import InstanceStream, PartitionStreams, Streams
 from service.runtime.txn_offset_commit import Membership
 from service.runtime.txn_stream import TransactionStream
 from service.runtime.txn_v2 import KafkaTxnV2Producer
+from service.sessions.cache import SessionCache
 from service.settings import GroupSettings, Settings
 
 logger = logging.getLogger(__name__)
@@ -190,6 +191,7 @@ class Runtime:
             observer=self._stats,
             metrics=self._ops.metrics,
             partitions=partitions,
+            cache=SessionCache(settings.sessions.cache_max_bytes),
         )
         loop = ConsumerLoop(
             inputs,

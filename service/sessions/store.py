@@ -1,5 +1,6 @@
-"""The session store of one partition: a local table of the sessions changelog, and a cache of
-decoded sessions within a byte budget.
+"""The session store of one partition: a local table of the sessions changelog, and the decoded
+sessions it holds in the instance's cache (:mod:`service.sessions.cache`, one byte budget for
+every partition the instance owns).
 
 The changelog is the truth; the table (on disk in production) may be wiped and rebuilt from it
 at any time. Writes reach the table only once their transaction committed (:meth:`committed`),
@@ -11,7 +12,6 @@ Everything else is evicted least recently used first once the cache holds more t
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,15 +19,13 @@ from typing import Any
 from service.agent.state import SessionState
 from service.agent.types import ContentBlock, Message
 from service.sessions import history
+from service.sessions.cache import CACHE_MAX_BYTES, SessionCache
 from service.sessions.codec import decode_session
 from service.sessions.delivery import Delivery
 from service.sessions.table import MemoryTable, Row, Table
 
 EVENT_SEQ_HEADER = "cairn-event-seq"
 """Header of a head record: the session's last event ``seq`` (kept beside the state itself)."""
-
-CACHE_MAX_BYTES = 128 * 1024 * 1024
-"""Default budget of decoded sessions held in memory, in bytes of their JSON."""
 
 FLUSH_EVERY_S = 0.05
 """Committed records wait this long at most before they go into the table, in one write: a
@@ -90,12 +88,16 @@ class SessionStore:
     """Session id -> latest state: read from the table, updated by each write and commit."""
 
     def __init__(
-        self, table: Table | None = None, *, cache_max_bytes: int = CACHE_MAX_BYTES
+        self,
+        table: Table | None = None,
+        *,
+        cache: SessionCache | None = None,
+        cache_max_bytes: int = CACHE_MAX_BYTES,
     ) -> None:
+        """``cache`` is the instance's, shared with its other partitions' stores; without one
+        the store has a cache of its own of ``cache_max_bytes``."""
         self.table: Table = table if table is not None else MemoryTable()
-        self._cache: OrderedDict[str, tuple[StoredSession, int]] = OrderedDict()
-        self._cached_bytes = 0
-        self._budget = cache_max_bytes
+        self._cache = cache if cache is not None else SessionCache(cache_max_bytes)
         self._versions = 0
         self._deleted: dict[str, int] = {}
         self._pending: list[Row] = []
@@ -119,10 +121,9 @@ class SessionStore:
         self.table.apply([row], self.table.position)
 
     def get(self, session_id: str) -> StoredSession | None:
-        cached = self._cache.get(session_id)
+        cached = self._cache.get(self, session_id)
         if cached is not None:
-            self._cache.move_to_end(session_id)
-            return cached[0]
+            return cached
         if session_id in self._deleted:
             return None
         found = self.table.get(session_id.encode())
@@ -188,12 +189,12 @@ class SessionStore:
         self._pending = []
         versions, self._pending_versions = self._pending_versions, {}
         for session_id, version in versions.items():
-            cached = self._cache.get(session_id)
-            if cached is not None and cached[0].version == version:
-                cached[0].durable = True
+            cached = self._cache.peek(self, session_id)
+            if cached is not None and cached.version == version:
+                cached.durable = True
             if self._deleted.get(session_id) == version:
                 del self._deleted[session_id]
-        self._evict()
+        self._cache.evict()
 
     def keys_of(self, session_id: str) -> list[bytes]:
         """Every changelog key the session has records under (head last)."""
@@ -212,29 +213,19 @@ class SessionStore:
 
     @property
     def cached_bytes(self) -> int:
-        return self._cached_bytes
+        """Bytes of the sessions this store holds in the cache."""
+        return self._cache.held_by(self)
+
+    def release(self) -> None:
+        """The store is done (its partition revoked, its owner ended): its sessions leave the
+        instance's cache."""
+        self._cache.release(self)
 
     def _remember(self, session_id: str, stored: StoredSession) -> None:
-        size = stored.size
-        self._cache[session_id] = (stored, size)
-        self._cached_bytes += size
-        self._evict()
+        self._cache.put(self, session_id, stored)
 
     def _forget(self, session_id: str) -> None:
-        cached = self._cache.pop(session_id, None)
-        if cached is not None:
-            self._cached_bytes -= cached[1]
-
-    def _evict(self) -> None:
-        if self._cached_bytes <= self._budget:
-            return
-        for session_id in list(self._cache):
-            if self._cached_bytes <= self._budget:
-                return
-            stored, size = self._cache[session_id]
-            if stored.durable:
-                del self._cache[session_id]
-                self._cached_bytes -= size
+        self._cache.forget(self, session_id)
 
 
 def event_seq_of(headers: list[tuple[str, bytes]]) -> int:

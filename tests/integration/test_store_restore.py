@@ -16,6 +16,7 @@ from service.agent.state import PendingBatch, SessionState
 from service.runtime import restore
 from service.runtime.restore import SessionsReader, partition_of
 from service.runtime.topics import create_topics
+from service.sessions.cache import SessionCache
 from service.sessions.store import SessionStore, event_seq_header
 from service.sessions.table import MemoryTable, SqliteTable
 from service.sessions.writer import SessionWriter
@@ -104,15 +105,15 @@ async def test_a_warm_store_restores_to_the_same_records_as_an_empty_one(
     try:
         await _produce(kafka_bootstrap, topics.sessions, records[:half])
         warm = SqliteTable(tmp_path / "warm", max_age_s=3600)
-        await reader.restore(0, warm, cache_max_bytes=1 << 20)
+        await reader.restore(0, warm, cache=SessionCache(1 << 20))
         warm.mark_clean()
         warm.close()
         await _produce(kafka_bootstrap, topics.sessions, records[half:])
         warm = SqliteTable(tmp_path / "warm", max_age_s=3600)
         assert warm.position == half, "a cleanly closed store keeps its position"
-        warm_store = await reader.restore(0, warm, cache_max_bytes=1 << 20)
+        warm_store = await reader.restore(0, warm, cache=SessionCache(1 << 20))
         cold = SqliteTable(tmp_path / "cold", max_age_s=3600)
-        cold_store = await reader.restore(0, cold, cache_max_bytes=1 << 20)
+        cold_store = await reader.restore(0, cold, cache=SessionCache(1 << 20))
         for i in range(6):
             got_warm, got_cold = warm_store.get(f"s{i}"), cold_store.get(f"s{i}")
             assert got_warm is not None and got_cold is not None
@@ -149,7 +150,7 @@ async def test_reads_of_any_topic_leave_no_partition_fetched(
 
     try:
         table = SqliteTable(tmp_path / "store", max_age_s=3600)
-        store = await reader.restore(0, table, cache_max_bytes=1 << 20)
+        store = await reader.restore(0, table, cache=SessionCache(1 << 20))
         assert store.get("s1") is not None
         assert assigned() == set()
         # Topics it never read: their partition counts come from the broker, not a reader's
@@ -200,7 +201,7 @@ async def test_a_restore_does_not_wait_for_a_forks_read(
             await reading.wait()
         table = SqliteTable(tmp_path / "store", max_age_s=3600)
         async with asyncio.timeout(10):
-            store = await reader.restore(other, table, cache_max_bytes=1 << 20)
+            store = await reader.restore(other, table, cache=SessionCache(1 << 20))
         assert not fork.done(), "the fork's read is still held"
         assert store.get("s1") is not None
         gate.set()

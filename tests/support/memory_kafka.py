@@ -40,6 +40,7 @@ from service.runtime.transport import Delivery, GroupFencedError, GroupOffsets, 
 from service.runtime.txn_offset_commit import Membership
 from service.runtime.work import InputRecord, Origin, OutRecord
 from service.sessions import history
+from service.sessions.cache import SessionCache
 from service.sessions.store import SessionStore, event_seq_header
 from service.sessions.table import Table
 
@@ -597,11 +598,11 @@ class MemorySessions:
         self.topic = topic
         self.restores: list[int] = []
 
-    async def restore(self, partition: int, table: Table, *, cache_max_bytes: int) -> SessionStore:
+    async def restore(self, partition: int, table: Table, *, cache: SessionCache) -> SessionStore:
         await self.kafka.enter("sessions", "sessions.restore")
         await catch_up(_LogChangelog(self.kafka), self.topic, partition, table)
         self.restores.append(partition)
-        return SessionStore(table, cache_max_bytes=cache_max_bytes)
+        return SessionStore(table, cache=cache)
 
     async def stable_and_end(
         self, partitions: list[TopicPartition]

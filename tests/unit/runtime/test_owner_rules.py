@@ -483,7 +483,9 @@ async def test_a_session_answering_more_than_the_ids_it_keeps_runs_none_again_on
         instance.gated.gate.set()
         owner, task = instance.owner()
         await until(lambda: committed(kafka) == len(busy) + 1, "everything, by the next owner")
+        assert instance.ctx.cache.total > 0
         assert await instance.stop(owner, task) is OwnerExit.STOPPED
+        assert instance.ctx.cache.total == 0, "an owner that ended leaves no session in memory"
     assert answered(kafka) == Counter({f"c{i}": 1 for i in range(len(busy) + 1)})
 
 

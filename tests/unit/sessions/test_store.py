@@ -8,6 +8,7 @@ import pytest
 
 from service.agent.state import SessionState
 from service.sessions import store as store_module
+from service.sessions.cache import SessionCache
 from service.sessions.codec import encode_state
 from service.sessions.delivery import Delivery
 from service.sessions.store import SessionStore, StoredSession, event_seq_header
@@ -150,3 +151,37 @@ def test_a_dropped_session_stays_gone_while_its_tombstones_wait() -> None:
     assert store.get("s1") is None and table.get(b"s1") is not None
     store.flush()
     assert store.get("s1") is None and table.get(b"s1") is None
+
+
+def _loaded(store: SessionStore, session_id: str) -> StoredSession:
+    """A committed session of ``store`` read into the cache."""
+    store.load(session_id.encode(), encode_state(SessionState(session_id=session_id)), [])
+    got = store.get(session_id)
+    assert got is not None
+    return got
+
+
+def test_the_stores_of_an_instance_share_one_budget_least_recently_used_first() -> None:
+    one = _loaded(SessionStore(), "a").size
+    assert one > 0
+    cache = SessionCache(budget=3 * one)
+    left, right = SessionStore(cache=cache), SessionStore(cache=cache)
+    _loaded(left, "a")
+    _loaded(right, "b")
+    _loaded(left, "c")
+    assert cache.total == 3 * one
+    left.get("a")  # used again: "b" is now the least recently used
+    _loaded(right, "d")
+    assert cache.total == 3 * one
+    assert (cache.held_by(left), cache.held_by(right)) == (2 * one, one)
+    assert cache.peek(right, "b") is None and cache.peek(left, "a") is not None
+    # A store sees only its own sessions, and a store that is done leaves nothing behind.
+    assert cache.get(right, "a") is None
+    left.release()
+    assert cache.total == one and cache.held_by(left) == 0
+    # A written session not yet committed is never evicted, whatever the budget.
+    written = StoredSession(SessionState(session_id="w"), head_size=4 * one)
+    right.put("w", written)
+    _loaded(right, "e")
+    assert cache.peek(right, "w") is written and written.durable is False
+    assert cache.total == 4 * one  # every committed one went, the budget notwithstanding
