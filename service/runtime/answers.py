@@ -86,11 +86,13 @@ class Answers:
         )
 
     def instead_of_refused(
-        self, work: CommandWork, before: StoredSession
+        self, work: CommandWork, before: StoredSession, before_command: StoredSession
     ) -> Callable[[BaseException], Outcome]:
         """What the committer writes when the broker refuses ``work``'s output for good: the
-        command dead-lettered, a small ``internal`` error result, and the session as ``before``
-        (its state when the refused output was made)."""
+        command dead-lettered, a small ``internal`` error result, and the session back as
+        ``before_command`` (its state before the command, the versions of the command's
+        boundaries committed since taken back), written over ``before`` (its state when the
+        refused output was made, the last on the changelog)."""
 
         def build(error: BaseException) -> Outcome:
             reason = f"the command's output was refused by the broker: {error}"
@@ -101,8 +103,8 @@ class Answers:
                 work,
                 "internal",
                 reason,
-                keeps=state_before(before, work.session_id),
-                rollback_to=version_of(before),
+                keeps=state_before(before_command, work.session_id),
+                rollback_to=version_of(before_command),
                 seq=before.event_seq,
                 max_bytes=FALLBACK_RESULT_MAX_BYTES,
             )

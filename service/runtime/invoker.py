@@ -71,8 +71,11 @@ class _Run:
     work: CommandWork
     command: ParsedCommand
     stored: StoredSession
+    """The session as last written."""
     events: list[OutRecord]
     text: list[str]
+    before: StoredSession
+    """The session before the command (what a command that fails leaves)."""
 
 
 class Invoker:
@@ -135,7 +138,7 @@ class Invoker:
             result_max_bytes=self._result_max_bytes,
             instance=INSTANCE,
         )
-        run = _Run(work=work, command=command, stored=stored, events=[], text=[])
+        run = _Run(work=work, command=command, stored=stored, events=[], text=[], before=stored)
         seq = stored.event_seq
         observe_step = self._metrics.observe_step
         step_started = time.perf_counter()
@@ -226,7 +229,9 @@ class Invoker:
         result: AgentResult | None,
         step: Step | None = None,
     ) -> Outcome:
-        outcome = Outcome(fallback=self._answers.instead_of_refused(run.work, run.stored))
+        outcome = Outcome(
+            fallback=self._answers.instead_of_refused(run.work, run.stored, run.before)
+        )
         if result is not None and finished is not None:
             command = run.command
             checkpoint = result.checkpoint

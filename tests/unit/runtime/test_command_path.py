@@ -357,7 +357,7 @@ def test_an_output_the_broker_refused_is_replaced_by_a_dead_letter_and_an_error(
     assert isinstance(work.command, ParsedCommand)
     work.command.metadata = {"echo": "x" * (2 * FALLBACK_RESULT_MAX_BYTES)}
     t.store.put("s", StoredSession(SessionState(session_id="s", agent="a"), 9))
-    replacement = t.answers.instead_of_refused(work, before)(RuntimeError("too large"))
+    replacement = t.answers.instead_of_refused(work, before, before)(RuntimeError("too large"))
     dead, result = replacement.records
     assert dead.topic == TOPICS.dlq and result.topic == TOPICS.results
     assert result.value is not None and len(result.value) <= FALLBACK_RESULT_MAX_BYTES
@@ -367,6 +367,34 @@ def test_an_output_the_broker_refused_is_replaced_by_a_dead_letter_and_an_error(
     stored = t.store.get("s")
     assert stored is not None and stored.state.inflight is None
     assert stored.delivery.answered("c")
+
+
+def test_a_refused_output_takes_back_what_the_commands_earlier_boundaries_committed() -> None:
+    """The session goes back to its state before the command, not to the last boundary the
+    command committed (which may hold what made the output too large: retrying could never
+    succeed)."""
+    t = Harness()
+    writer = writer_for(t.store)
+    agent_state = SessionState(session_id="s", agent="a")
+    writer.write(agent_state, 1, step=Step(0, "c0", stop_reason="end_turn"))
+    before_command = t.store.get("s")
+    assert before_command is not None and before_command.last_version == 1
+    grown = agent_state.snapshot()
+    grown.messages.append({"role": "user", "content": [{"text": "hi"}]})
+    grown.agent_state = {"big": "x" * 1000}
+    writer.write(grown, 2, step=Step(0, "c", position="after_tools"))
+    at_boundary = t.store.get("s")
+    assert at_boundary is not None and at_boundary.last_version == 2
+    work = _command("c", 8)
+    replacement = t.answers.instead_of_refused(work, at_boundary, before_command)(
+        RuntimeError("too large")
+    )
+    stored = t.store.get("s")
+    assert stored is not None
+    assert stored.state.agent_state == {} and stored.state.messages == []
+    assert stored.last_version == 1
+    assert replacement.state is not None
+    assert (history.version_key("s", 2), None) in replacement.state.records
 
 
 @pytest.mark.parametrize(
