@@ -11,6 +11,7 @@ from service.agent import tracing
 from service.agent.cancel import CancelSignal
 from service.agent.definition import AgentDefinition
 from service.agent.interrupts import InterruptBook
+from service.agent.messages import result_keys
 from service.agent.metrics import InvocationMetrics
 from service.agent.storable import StateGuard
 from service.agent.types import ContentBlock, Interrupt, Message
@@ -42,6 +43,15 @@ class BatchRun:
     stopped: bool = False
     """A cancel stopped this batch (decided when its after-tools event is built): every
     toolUse then has a result in ``results``, and no interrupt of it stays pending."""
+    keys: dict[int, str] = field(default_factory=dict)
+    """Each toolUse's result key (:func:`~service.agent.messages.result_keys`), by the
+    toolUse's identity; made on first use."""
+
+    def key(self, use: dict[str, Any]) -> str:
+        """Where the result of ``use`` (one of ``uses``) is kept in ``results``."""
+        if not self.keys:
+            self.keys = {id(u): k for u, k in zip(self.uses, result_keys(self.uses), strict=True)}
+        return self.keys[id(use)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,9 @@ before the batch started; a running tool is never killed (cancel is cooperative)
 result is kept; whatever a tool returns or raises (a stray ``CancelledError`` included) ends as a
 result the session can store, no larger than ``result_max_bytes`` (else the error result of
 ``result_too_large_text``), and agent state stays storable; results land in ``run.results``
-by toolUseId, interrupts raised in ``run.raised`` in toolUse order. Before-tools and after-tools
+by toolUseId (a toolUseId the model repeated in one reply: each repeat under a key of its own,
+:func:`~service.agent.messages.result_keys`, so every call keeps its result), interrupts raised
+in ``run.raised`` in toolUse order. Before-tools and after-tools
 hooks fire for every batch a cancel stops, the after-tools event carrying every result the batch
 will append, synthetic ones included, in the order it appends them
 (:func:`~service.agent.messages.result_order`).
@@ -128,7 +130,7 @@ def _settle_started(run: BatchRun, use: dict[str, Any]) -> Settled:
     block = answered_block(tool_use_id, answer)
     if block is None:
         return "run"
-    run.results[tool_use_id] = _checked(run, tool_use_id, block)
+    run.results[run.key(use)] = _checked(run, tool_use_id, block)
     return "done"
 
 
@@ -350,7 +352,7 @@ async def _concurrent(
             if skipped is _SKIP:
                 return
             if skipped is not None:
-                run.results[tool_use_id] = skipped
+                run.results[run.key(use)] = skipped
                 return
             once = _once(tool)
             if once:
@@ -365,7 +367,7 @@ async def _concurrent(
                 run.started.pop(tool_use_id, None)
                 queue.put_nowait(ToolFinished(tool_use_id, name, "interrupted"))
                 return
-            run.results[tool_use_id] = block
+            run.results[run.key(use)] = block
             queue.put_nowait(ToolFinished(tool_use_id, name, result_status(block)))
             if once:
                 run.started.pop(tool_use_id, None)
@@ -404,15 +406,16 @@ def _check_names(run: BatchRun, uses: list[dict[str, Any]]) -> list[dict[str, An
     others without a result, the ones left to run."""
     todo = []
     for use in uses:
-        tool_use_id = use["toolUseId"]
-        if tool_use_id in run.results:
+        key = run.key(use)
+        if key in run.results:
             continue
         text = tool_name_error(use)
         if text is None:
             todo.append(use)
         else:
             # The name is the model's, of any length: measured like any result.
-            run.results[tool_use_id] = _checked(run, tool_use_id, error_result(tool_use_id, text))
+            tool_use_id = use["toolUseId"]
+            run.results[key] = _checked(run, tool_use_id, error_result(tool_use_id, text))
     return todo
 
 
@@ -455,7 +458,7 @@ async def run_batch(run: BatchRun) -> AsyncIterator[Event | LedgerChanged]:
             if skipped is _SKIP:
                 break
             if skipped is not None:
-                run.results[tool_use_id] = skipped
+                run.results[run.key(use)] = skipped
                 continue
             once = _once(tool)
             if once:
@@ -470,7 +473,7 @@ async def run_batch(run: BatchRun) -> AsyncIterator[Event | LedgerChanged]:
                 run.started.pop(tool_use_id, None)
                 yield ToolFinished(tool_use_id, name, "interrupted")
                 break
-            run.results[tool_use_id] = block
+            run.results[run.key(use)] = block
             yield ToolFinished(tool_use_id, name, result_status(block))
             if once:
                 run.started.pop(tool_use_id, None)
@@ -480,17 +483,14 @@ async def run_batch(run: BatchRun) -> AsyncIterator[Event | LedgerChanged]:
         # Cancel beats interrupt and checkpoint: every toolUse gets its result now, so the
         # after-tools event carries exactly the results message the loop appends.
         for use in run.uses:
-            tool_use_id = use["toolUseId"]
-            if tool_use_id not in run.results:
-                run.results[tool_use_id] = error_result(tool_use_id, CANCELLED_TEXT)
+            if run.key(use) not in run.results:
+                run.results[run.key(use)] = error_result(use["toolUseId"], CANCELLED_TEXT)
     elif "" in run.raised:
         # As in the reference: a batch its before-tools hook interrupted never started.
         return
     if hooks.has(AfterToolsEvent):
         ordered = [
-            run.results[u["toolUseId"]]
-            for u in result_order(run.uses, run.results)
-            if u["toolUseId"] in run.results
+            run.results[key] for _, key in result_order(run.uses, run.results) if key in run.results
         ]
         await hooks.fire(
             AfterToolsEvent(

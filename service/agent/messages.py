@@ -64,20 +64,36 @@ def _name_checked(use: dict[str, Any], block: ContentBlock | None) -> bool:
     return bool(block["toolResult"].get("content") != [{"text": CANCELLED_TEXT}])
 
 
+def result_keys(uses: list[dict[str, Any]]) -> list[str]:
+    """Where each toolUse's result is kept in its batch's results: under its toolUseId, and for
+    an id the model gave more than once in one reply, under that id, a NUL and the repeat's
+    number for each repeat (every call has a result of its own)."""
+    seen: dict[str, int] = {}
+    keys = []
+    for use in uses:
+        tool_use_id = use["toolUseId"]
+        repeat = seen.get(tool_use_id, 0)
+        seen[tool_use_id] = repeat + 1
+        keys.append(f"{tool_use_id}\x00{repeat}" if repeat else tool_use_id)
+    return keys
+
+
 def result_order(
     uses: list[dict[str, Any]], results: dict[str, ContentBlock]
-) -> list[dict[str, Any]]:
-    """The toolUses in the order their results go into the results message.
+) -> list[tuple[dict[str, Any], str]]:
+    """The toolUses, each with its result's key (:func:`result_keys`), in the order their
+    results go into the results message.
 
     First those the name check answered (:func:`~service.agent.results.tool_name_error`), then
     the others, each group in toolUse order. A toolUse with an invalid name and no result yet,
     or with the cancel result of a batch stopped before it started, is among the others.
     """
-    first = [_name_checked(use, results.get(use["toolUseId"])) for use in uses]
+    keyed = list(zip(uses, result_keys(uses), strict=True))
+    first = [_name_checked(use, results.get(key)) for use, key in keyed]
     if not any(first):
-        return uses
-    return [u for u, f in zip(uses, first, strict=True) if f] + [
-        u for u, f in zip(uses, first, strict=True) if not f
+        return keyed
+    return [k for k, f in zip(keyed, first, strict=True) if f] + [
+        k for k, f in zip(keyed, first, strict=True) if not f
     ]
 
 
@@ -87,10 +103,9 @@ def results_message(
     """One user message with a result for every toolUse, in :func:`result_order`; a toolUse
     without one in ``results`` gets an error result of ``missing_text``."""
     content: list[ContentBlock] = []
-    for use in result_order(uses, results):
-        tool_use_id = use["toolUseId"]
-        block = results.get(tool_use_id)
-        content.append(block if block is not None else error_result(tool_use_id, missing_text))
+    for use, key in result_order(uses, results):
+        block = results.get(key)
+        content.append(block if block is not None else error_result(use["toolUseId"], missing_text))
     return {"role": "user", "content": content}
 
 

@@ -195,7 +195,7 @@ def check_history(state: SessionState) -> None:
         following = [r["toolUseId"] for r in results_of(messages[index + 1])]
         ordered = [
             u["toolUseId"]
-            for u in result_order(
+            for u, _ in result_order(
                 [b["toolUse"] for b in message["content"] if "toolUse" in b], blocks
             )
         ]

@@ -4,7 +4,16 @@ assistant's tool calls runs them without a model call (SEMANTICS §3, as the ref
 from __future__ import annotations
 
 import pytest
-from engine_helpers import call, check_history, invoke, make_agent, model_of, results_of
+from engine_helpers import (
+    call,
+    check_history,
+    invoke,
+    make_agent,
+    model_of,
+    results_of,
+    resume,
+    roundtrip,
+)
 
 from service.agent.state import SessionState
 from service.providers.scripted import ScriptedReply
@@ -92,3 +101,17 @@ async def test_a_prompt_ending_with_tool_calls_pauses_after_model_without_callin
     assert out.checkpoint == {"position": "after_model", "cycle_index": 0, "schema_version": "1.0"}
     assert model_of(agent).calls == 0
     assert out.result.message == out.state.messages[-1]
+
+
+async def test_a_tool_use_id_the_model_gave_twice_keeps_each_calls_result() -> None:
+    twice = ScriptedReply(tool_calls=[call("echo", "x", text="a"), call("echo", "x", text="b")])
+    for checkpointing in (False, True):
+        agent = make_agent([twice, "done"], checkpointing=checkpointing, mode="sequential")
+        out = await invoke(agent, new_state(), "go")
+        while out.checkpoint is not None:
+            out = await invoke(agent, roundtrip(out.state), resume(out))
+        assert out.stop == "end_turn"
+        assert [r["content"] for r in results_of(out.state.messages[2])] == [
+            [{"text": "a"}],
+            [{"text": "b"}],
+        ]
