@@ -122,8 +122,13 @@ class CommandPath:
            a dead letter when even the ``error`` result cannot be built.
 
         Every answer goes to the committer with the record's offset; an ``error`` result leaves
-        the session as it was before the command, with the command recorded as applied.
+        the session as it was before the command, with the command recorded as applied. The
+        session stays decoded in memory meanwhile, however large (:meth:`SessionStore.in_use`).
         """
+        with self._store.in_use(work.session_id):
+            await self._handle(work)
+
+    async def _handle(self, work: CommandWork) -> None:
         origin = work.record.origin
         command = work.command
         applied = self._applied(work)

@@ -2,8 +2,10 @@
 partitions it owns.
 
 Guarantees: the sessions held, counted in bytes of their JSON, stay within the budget but for
-those whose last write is not committed yet (never evicted: the table does not hold them yet);
-past it, the least recently used session of any store goes first. A store sees only the
+those whose last write is not committed yet (never evicted: the table does not hold them yet)
+and those in use (a command of theirs being handled: one session larger than the whole budget
+is decoded once per command, not again at every write and check of its steps); past it, the
+least recently used session of any store goes first. A store sees only the
 sessions it put there, and a store that is done (its partition revoked or its owner failed)
 takes its sessions out at once.
 """
@@ -37,6 +39,21 @@ class SessionCache:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._bytes: dict[int, int] = {}
         """Bytes held, by the ``id`` of the store that put them."""
+        self._in_use: dict[str, int] = {}
+        """Sessions not to evict, with how many hold them."""
+
+    def hold(self, session_id: str) -> None:
+        """Keep the session, once held, until :meth:`let_go` (calls nest)."""
+        self._in_use[session_id] = self._in_use.get(session_id, 0) + 1
+
+    def let_go(self, session_id: str) -> None:
+        """One hold less; the last one lets the budget evict the session again, at once."""
+        left = self._in_use.get(session_id, 0) - 1
+        if left > 0:
+            self._in_use[session_id] = left
+        else:
+            self._in_use.pop(session_id, None)
+            self.evict()
 
     @property
     def total(self) -> int:
@@ -78,14 +95,14 @@ class SessionCache:
         self._bytes.pop(id(owner), None)
 
     def evict(self) -> None:
-        """Evict least recently used sessions whose last write is committed until the budget
-        holds (or only uncommitted ones are left)."""
+        """Evict least recently used sessions whose last write is committed and that are not in
+        use until the budget holds (or only those are left)."""
         excess = self.total - self.budget
         if excess <= 0:
             return
         victims = []
         for session_id, entry in self._entries.items():
-            if entry.stored.durable:
+            if entry.stored.durable and session_id not in self._in_use:
                 victims.append(session_id)
                 excess -= entry.size
                 if excess <= 0:

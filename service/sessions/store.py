@@ -12,7 +12,8 @@ Everything else is evicted least recently used first once the cache holds more t
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -215,6 +216,16 @@ class SessionStore:
     def cached_bytes(self) -> int:
         """Bytes of the sessions this store holds in the cache."""
         return self._cache.held_by(self)
+
+    @contextmanager
+    def in_use(self, session_id: str) -> Iterator[None]:
+        """While a command of the session is handled: the session stays decoded in memory,
+        whatever its size (it is evicted afterwards if the budget needs its room)."""
+        self._cache.hold(session_id)
+        try:
+            yield
+        finally:
+            self._cache.let_go(session_id)
 
     def release(self) -> None:
         """The store is done (its partition revoked, its owner ended): its sessions leave the

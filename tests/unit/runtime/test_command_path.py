@@ -26,6 +26,7 @@ from service.runtime.partitioning import keyed_partition
 from service.runtime.records import ParsedCommand, parse_command
 from service.runtime.work import CommandWork, InputRecord, Origin, Outcome
 from service.sessions import history
+from service.sessions.codec import encode_state
 from service.sessions.delivery import Delivery
 from service.sessions.store import SessionStore, StoredSession
 from service.sessions.versions import Step
@@ -340,6 +341,35 @@ async def test_a_command_that_fails_after_a_boundary_takes_that_boundarys_versio
     assert answer["error"]["code"] == "limit_exceeded"
     write = t.outcomes[-1].state
     assert write is not None and (history.version_key("s", 1), None) in write.records
+
+
+class SeesItsSession(FakeEngine):
+    """Reads its session at each of a few steps, the cache's budget running out in between."""
+
+    def __init__(self, store: SessionStore) -> None:
+        super().__init__()
+        self.store = store
+        self.seen: list[StoredSession | None] = []
+
+    async def run(
+        self, work: CommandWork, command: ParsedCommand, agent: Any, stored: StoredSession
+    ) -> None:
+        for _ in range(3):
+            self.store.flush()
+            self.seen.append(self.store.get("s"))
+        await super().run(work, command, agent, stored)
+
+
+async def test_a_session_larger_than_the_cache_is_decoded_once_per_command() -> None:
+    store = SessionStore(cache_max_bytes=0)
+    store.load(b"s", encode_state(SessionState(session_id="s", agent="a")), [])
+    engine = SeesItsSession(store)
+    t = Harness(engine, store=store)
+    await t.path.handle(_command("c", 1))
+    first = engine.seen[0]
+    assert first is not None and all(seen is first for seen in engine.seen)
+    store.flush()
+    assert store.cached_bytes == 0, "evicted once its command is done"
 
 
 async def test_a_command_left_at_its_boundary_by_a_stopping_owner_is_not_answered() -> None:

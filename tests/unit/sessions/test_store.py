@@ -185,3 +185,20 @@ def test_the_stores_of_an_instance_share_one_budget_least_recently_used_first() 
     _loaded(right, "e")
     assert cache.peek(right, "w") is written and written.durable is False
     assert cache.total == 4 * one  # every committed one went, the budget notwithstanding
+
+
+def test_a_session_in_use_stays_decoded_whatever_its_size_until_let_go() -> None:
+    store = SessionStore(cache_max_bytes=0)
+    with store.in_use("big"):
+        first = _loaded(store, "big")
+        store.flush()
+        # Over the budget and committed, but a command of it is being handled: kept, so its
+        # steps never decode it again.
+        assert store.get("big") is first
+        with store.in_use("big"):
+            pass
+        store.flush()
+        assert store.get("big") is first
+    store.flush()
+    assert store.cached_bytes == 0
+    assert store.get("big") is not first  # read from the table again
