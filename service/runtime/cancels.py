@@ -147,12 +147,18 @@ class CancelDesk:
         session_id = work.session_id
         command_id = command.command_id
         timestamp_ms = work.record.timestamp_ms
+        running = self._running.get(session_id)
+        if self._applied(session_id, command_id) or (
+            running is not None and running.work.command_id == command_id
+        ):
+            # Its id is a command the session answered or is running: the delete is a repeat,
+            # skipped at its turn (a command id answers once).
+            return
         self._control_before[work.record.origin] = self._control_read
         reach = self._reach.setdefault(session_id, {}).setdefault(
             command_id, CancelReach(timestamp_ms, None)
         )
         covered = self._cover(session_id, timestamp_ms)
-        running = self._running.get(session_id)
         if running is not None and running.work.record.timestamp_ms <= covered:
             running_id = running.work.command_id
             logger.info(

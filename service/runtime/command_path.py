@@ -107,7 +107,8 @@ class CommandPath:
            for a refused checkpoint resume), or nothing new when it was answered before. A record
            that names no session and id (one over the record limit is refused unread, so names
            none) never gets here: :meth:`undecodable` dead-letters it as it is read.
-        4. A delete: the session's records are tombstoned and the delete answered.
+        4. A delete: the session's records are tombstoned and the delete answered (unless the
+           session applied its id: then as in 5).
         5. A command the session has applied (a redelivery): only its offset is finished.
            A ``history`` or ``fork`` is then answered by :class:`SessionVersions` (a fork is
            refused ``session_exists`` or ``version_unavailable``, or writes the new session).
@@ -154,10 +155,13 @@ class CommandPath:
                         if origin.topic == self._topics.control:
                             self._cancels.ledger.answered(origin.offset)
                     return
-                # 4. A delete.
+                # 4. A delete (one whose id the session applied is a repeat, as in 5).
                 if command.type == "delete":
                     self._cancels.release(work.session_id)
-                    await self._cancels.delete(work, command)
+                    if applied:
+                        self._duplicate(work)
+                    else:
+                        await self._cancels.delete(work, command)
                     return
                 # 5. Dedupe.
                 if applied:

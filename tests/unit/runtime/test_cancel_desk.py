@@ -604,3 +604,13 @@ def _applied_store(*command_ids: str) -> SessionStore:
     state = SessionState(session_id="s", agent="a")
     store.put("s", StoredSession(state, delivery=Delivery(applied=command_ids)))
     return store
+
+
+async def test_a_delete_reusing_an_id_the_session_answered_is_a_repeat() -> None:
+    t = _Desk(_applied_store("x"))
+    erase = ParsedCommand(type="delete", command_id="x", session_id="s", agent=None, input=None)
+    work = CommandWork(_record(TOPICS.commands, 9, 110), "s", erase)
+    t.desk.deleting(work, erase)
+    await t.run(work)
+    assert t.answered() == [] and t.store.get("s") is not None
+    assert t.outcomes[-1].finished == [work.record.origin]
