@@ -1,7 +1,8 @@
 """Per-session serial queues: one worker per busy session, different sessions concurrently.
 
 Guarantee: the commands of one session are handled one at a time, in the order they were put;
-after :meth:`SessionQueues.close` no queued command starts (running ones may finish); a command
+after :meth:`SessionQueues.close`, or once the task group ends, no queued command starts
+(running ones may finish) and what is put is left for the next owner; a command
 whose handler ends in a ``CancelledError`` that is not a cancel of the worker does not stop the
 commands queued behind it.
 """
@@ -40,7 +41,18 @@ class SessionQueues:
         self._queues[work.session_id] = deque((work,))
         self._running += 1
         self._idle.clear()
-        self._task_group.create_task(self._drain(work.session_id))
+        drain = self._drain(work.session_id)
+        try:
+            self._task_group.create_task(drain)
+        except RuntimeError:
+            # The owner's task group is ending (fenced, failed): nothing starts any more, and
+            # the record, never finished, is read again by the next owner.
+            drain.close()
+            del self._queues[work.session_id]
+            self._running -= 1
+            if not self._running:
+                self._idle.set()
+            self._closed = True
 
     def close(self) -> None:
         """Start nothing new; the running handlers finish on their own."""

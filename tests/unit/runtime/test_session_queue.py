@@ -102,3 +102,31 @@ async def test_a_cancel_of_the_worker_still_stops_the_queue() -> None:
     assert caught.group_contains(Stop)
     assert started == [0], "the worker was cancelled: nothing queued behind it starts"
     assert queues.sessions == 0
+
+
+async def test_a_record_put_while_the_task_group_ends_is_left_for_the_next_owner() -> None:
+    handled: list[int] = []
+
+    async def handler(work: CommandWork) -> None:
+        handled.append(work.record.origin.offset)
+
+    async def fail() -> None:
+        raise ValueError("the owner fails")
+
+    queues: SessionQueues | None = None
+    put = False
+    with pytest.raises(ExceptionGroup) as failed:
+        async with asyncio.TaskGroup() as tasks:
+            queues = SessionQueues(tasks, handler)
+            tasks.create_task(fail())
+            try:
+                await asyncio.sleep(1)
+            except asyncio.CancelledError:
+                # The group is shutting down now; a record routed meanwhile starts nothing.
+                queues.put(_work("s", 1))
+                queues.put(_work("t", 2))
+                put = True
+                raise
+    assert put and [type(e) for e in failed.value.exceptions] == [ValueError]
+    assert queues is not None and handled == []
+    await asyncio.wait_for(queues.wait_idle(), 1)
