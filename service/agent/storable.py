@@ -1,14 +1,15 @@
 """What a session can store, decided by the session codec's own encoder (orjson, same options).
 
 Guarantees: a tool result that leaves :func:`checked_result` is a valid toolResult in exactly
-the form a restored session would hold it, no larger than the maximum it was given, or else the
-tool's error result saying why not (kept whatever its own size); an
+the form a restored session would hold it (raw bytes as base64 text), no larger than the maximum
+it was given, or else the tool's error result saying why not (kept whatever its own size); an
 agent-state dict watched by :class:`StateGuard` is encodable after every check, each top-level
 key that was not being put back to its value at the previous check (dropped if it had none).
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 from typing import Any
 
@@ -43,6 +44,14 @@ def stored_form(value: Any) -> Any:
         raise UnstorableError(str(exc)) from exc
 
 
+def _base64(value: Any) -> str:
+    """Raw bytes in a result (an image's or a document's ``source.bytes``) are kept as their
+    base64 text, the form a prompt's blocks take on the wire; the providers send either."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(value).decode("ascii")
+    raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
+
+
 def checked_result(
     tool_use_id: str, block: Any, max_bytes: int | None = None, *, session_id: str = ""
 ) -> ContentBlock:
@@ -61,7 +70,7 @@ def checked_result(
     if problem is not None:
         return error_result(tool_use_id, unstorable_text(problem))
     try:
-        encoded = orjson.dumps(block, option=SESSION_JSON_OPTIONS)
+        encoded = orjson.dumps(block, default=_base64, option=SESSION_JSON_OPTIONS)
     except orjson.JSONEncodeError as exc:
         return error_result(tool_use_id, unstorable_text(str(exc)))
     size = len(encoded)

@@ -37,10 +37,6 @@ BAD_RESULTS: dict[str, tuple[Any, str]] = {
         {"status": "success", "content": [{"json": {"ids": {1, 2}}}]},
         "not JSON serializable: set",
     ),
-    "bytes": (
-        {"status": "success", "content": [{"image": {"source": {"bytes": b"\x89PNG"}}}]},
-        "not JSON serializable: bytes",
-    ),
     "surrogate_in_result": (
         {"status": "success", "content": [{"text": "half \ud800 of a pair"}]},
         "surrogates not allowed",
@@ -70,6 +66,18 @@ def returns_datetime() -> Any:
     """Return an encodable value that is not plain JSON."""
     when = datetime.datetime(2024, 5, 1, 12, 30, tzinfo=datetime.UTC)
     return {"status": "success", "content": [{"json": {"when": when, "pair": (1, 2)}}]}
+
+
+@tool(inline=True)
+def returns_image() -> Any:
+    """Return an image and a document as raw bytes, as a Strands tool would."""
+    return {
+        "status": "success",
+        "content": [
+            {"image": {"format": "png", "source": {"bytes": b"\x89PNG"}}},
+            {"document": {"format": "txt", "name": "d", "source": {"bytes": bytearray(b"hi")}}},
+        ],
+    }
 
 
 @tool(inline=True)
@@ -129,6 +137,20 @@ async def test_an_encodable_non_json_result_is_kept_in_its_stored_form() -> None
         "content": [{"json": {"when": "2024-05-01T12:30:00+00:00", "pair": [1, 2]}}],
         "toolUseId": "t",
     }
+    stores(out.state)
+
+
+async def test_raw_bytes_in_a_result_are_kept_as_their_base64_text() -> None:
+    agent = make_agent(
+        [call("returns_image", "t"), "done"], checkpointing=False, tools=[returns_image]
+    )
+    out = await invoke(agent, new_state(), "go")
+    [result] = results_of(out.state.messages[2])
+    assert result["status"] == "success"
+    assert result["content"] == [
+        {"image": {"format": "png", "source": {"bytes": "iVBORw=="}}},
+        {"document": {"format": "txt", "name": "d", "source": {"bytes": "aGk="}}},
+    ]
     stores(out.state)
 
 
