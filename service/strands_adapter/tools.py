@@ -17,6 +17,8 @@ of a Strands agent is refused with an ``AttributeError`` that says so.
 from __future__ import annotations
 
 import asyncio
+import copy
+import json
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,7 +41,12 @@ from service.agent.types import Interrupt
 
 
 class AgentStateView:
-    """Strands' ``agent.state`` API over the session's agent state (stored with the session)."""
+    """Strands' ``agent.state`` API over the session's agent state (stored with the session).
+
+    As under Strands: values go in and come out as copies (changing what ``get`` returned
+    changes nothing stored); a key that is not a non-blank string, or a value that is not
+    JSON, is refused with ``ValueError`` by the call that gives it.
+    """
 
     __slots__ = ("_state",)
 
@@ -47,13 +54,31 @@ class AgentStateView:
         self._state = state
 
     def get(self, key: str | None = None) -> Any:
-        return dict(self._state) if key is None else self._state.get(key)
+        return copy.deepcopy(self._state if key is None else self._state.get(key))
 
     def set(self, key: str, value: Any) -> None:
-        self._state[key] = value
+        _check_key(key)
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(
+                f"Value is not JSON serializable: {type(value).__name__}. Only JSON-compatible "
+                "types (str, int, float, bool, list, dict, None) are allowed."
+            ) from exc
+        self._state[key] = copy.deepcopy(value)
 
     def delete(self, key: str) -> None:
+        _check_key(key)
         self._state.pop(key, None)
+
+
+def _check_key(key: Any) -> None:
+    if key is None:
+        raise ValueError("Key cannot be None")
+    if not isinstance(key, str):
+        raise ValueError("Key must be a string")  # noqa: TRY004 - ValueError, as under Strands
+    if not key.strip():
+        raise ValueError("Key cannot be empty")
 
 
 class AgentView:

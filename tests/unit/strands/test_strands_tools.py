@@ -24,7 +24,7 @@ from service.agent.tools import tool as cairn_tool
 from service.agent_config import AgentConfigError, load_agents
 from service.providers.scripted import ReplySpec, ScriptedModel, ToolCall
 from service.sessions.codec import decode_state, encode_state
-from service.strands_adapter.tools import StrandsTool
+from service.strands_adapter.tools import AgentStateView, StrandsTool
 
 FILE = """
 [[agents]]
@@ -242,3 +242,23 @@ async def test_input_that_is_not_an_object_gets_the_same_text_from_strands_and_c
     )
     assert texts == [expected, expected]
     assert sample.CALLS == [], "neither ran the function"
+
+
+def test_agent_state_goes_in_and_out_as_copies_and_refuses_what_is_not_json() -> None:
+    stored: dict[str, Any] = {"k": [1]}
+    view = AgentStateView(stored)
+    got = view.get("k")
+    got.append("x")
+    whole = view.get()
+    whole["k"].append("y")
+    assert stored == {"k": [1]}
+    value = {"a": [1]}
+    view.set("v", value)
+    value["a"].append(2)
+    assert stored["v"] == {"a": [1]}
+    with pytest.raises(ValueError, match=r"^Value is not JSON serializable: set\. Only"):
+        view.set("bad", {1, 2})
+    for key, says in ((5, "Key must be a string"), ("  ", "Key cannot be empty")):
+        with pytest.raises(ValueError, match=says):
+            view.set(key, 1)  # type: ignore[arg-type]
+    assert set(stored) == {"k", "v"}
