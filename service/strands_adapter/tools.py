@@ -7,11 +7,12 @@ whose id is the one Strands gives it (``v1:tool_call:<toolUseId>:<uuid5(name)>``
 that answers it, the tool runs again from its start and the same call returns the answer. An
 exception the tool raised is raised again, so Cairn's retries and error text apply.
 
-What the tool sees of its context: ``tool_use`` and ``invocation_state`` (a copy of the
-invocation's, with ``"agent"`` added, as Strands does), ``cancel_signal`` (a ``threading.Event``
-set by an immediate cancel), and ``agent``, a stand-in :class:`AgentView`: ``name``, ``state``
-(``get``/``set``/``delete`` on the session's agent state) and ``cancel_signal``; anything else
-of a Strands agent is refused with an ``AttributeError`` that says so.
+What the tool sees of its context: ``tool_use`` and ``invocation_state`` (the invocation's,
+shared by its tools, with ``"agent"`` added while the tool runs, as Strands does),
+``cancel_signal`` (a ``threading.Event`` set by an immediate cancel), and ``agent``, a stand-in
+:class:`AgentView`: ``name``, ``state`` (``get``/``set``/``delete`` on the session's agent
+state) and ``cancel_signal``; anything else of a Strands agent is refused with an
+``AttributeError`` that says so.
 """
 
 from __future__ import annotations
@@ -137,7 +138,10 @@ class StrandsTool(Tool):
     async def _run(self, input: Any, context: ToolContext, cancel_signal: threading.Event) -> Any:
         tool_use: Any = {"toolUseId": context.tool_use_id, "name": self.name, "input": input}
         agent = AgentView(context, cancel_signal)
-        state = {**context.invocation_state, "agent": agent}
+        # The invocation's own dict, as under Strands: what a tool puts there, the tools after
+        # it in the invocation see. "agent" is there while the tool runs.
+        state = context.invocation_state
+        state["agent"] = agent
         strands_context = CairnToolContext(
             tool_use=tool_use,
             agent=agent,
@@ -146,12 +150,20 @@ class StrandsTool(Tool):
             cairn=context,
         )
         final: ToolResultEvent | None = None
-        async for event in self.strands_tool.stream(tool_use, state, _tool_context=strands_context):
-            if isinstance(event, ToolInterruptEvent):
-                first = event.interrupts[0]
-                raise InterruptSignal(Interrupt(id=first.id, name=first.name, reason=first.reason))
-            if isinstance(event, ToolResultEvent):
-                final = event
+        try:
+            async for event in self.strands_tool.stream(
+                tool_use, state, _tool_context=strands_context
+            ):
+                if isinstance(event, ToolInterruptEvent):
+                    first = event.interrupts[0]
+                    raise InterruptSignal(
+                        Interrupt(id=first.id, name=first.name, reason=first.reason)
+                    )
+                if isinstance(event, ToolResultEvent):
+                    final = event
+        finally:
+            if state.get("agent") is agent:
+                del state["agent"]
         if final is None:
             raise RuntimeError(f"Strands tool {self.name!r} ended without a result")
         if final.exception is not None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import strands_sample_tools as sample
+from strands import tool as strands_tool
 from strands.types.tools import ToolContext as StrandsToolContext
 
 from service.agent.definition import AgentDefinition
@@ -167,6 +168,31 @@ async def test_the_strands_context_carries_tool_use_invocation_state_and_agent_s
         {"text": "t7 remember user=ana agent=shop cancelled=False"}
     ]
     assert state.agent_state == {"note": "blue"}
+
+
+@strands_tool(context=True)
+def tally(step: str, tool_context: StrandsToolContext) -> str:
+    """Add a step to the invocation state and report the steps seen so far.
+
+    Args:
+        step: The step's name.
+    """
+    seen = tool_context.invocation_state.setdefault("steps", [])
+    seen.append(step)
+    return ",".join(seen)
+
+
+async def test_the_tools_of_an_invocation_share_its_invocation_state() -> None:
+    calls = [ToolCall("tally", {"step": "a"}, "t1"), ToolCall("tally", {"step": "b"}, "t2")]
+    definition = agent([calls, ToolCall("tally", {"step": "c"}, "t3"), "ok"], tally)
+    given: dict[str, Any] = {"user": "ana"}
+    _, state = await run(definition, SessionState(session_id="s5"), "go", invocation_state=given)
+    assert [r["content"] for r in results(state)] == [
+        [{"text": "a"}],
+        [{"text": "a,b"}],
+        [{"text": "a,b,c"}],
+    ]
+    assert "agent" not in given, "the stand-in is there only while a tool runs"
 
 
 async def test_a_raising_strands_tool_is_retried_and_ends_with_strands_error_text(
