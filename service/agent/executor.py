@@ -149,7 +149,15 @@ async def _before_call(run: BatchRun, use: dict[str, Any], tool: Tool | None) ->
         return _SKIP
     if event.cancel_tool:
         text = event.cancel_tool if isinstance(event.cancel_tool, str) else TOOL_CANCELLED_TEXT
-        return _checked(run, use["toolUseId"], error_result(use["toolUseId"], text))
+        block = _checked(run, use["toolUseId"], error_result(use["toolUseId"], text))
+        if hooks.has(AfterToolCallEvent):
+            # As for a tool that ran: the after-tool-call hooks see (and may replace) the result.
+            after = AfterToolCallEvent(
+                run.agent, run.session_id, use, tool, block, cancel_message=text
+            )
+            await hooks.fire(after)
+            block = _checked(run, use["toolUseId"], after.result)
+        return block
     return None
 
 

@@ -106,16 +106,18 @@ class BeforeToolCallEvent(HookEvent):
 
 @dataclass(slots=True)
 class AfterToolCallEvent(HookEvent):
-    """Fires after one tool ran (so never for a toolUse whose name is invalid); ``result`` may
-    be replaced by the callback.
+    """Fires after one tool ran, or was skipped by a before-tool-call hook's ``cancel_tool``
+    (never for a toolUse whose name is invalid); ``result`` may be replaced by the callback.
 
-    ``exception`` is what the tool raised, a stray ``asyncio.CancelledError`` included.
+    ``exception`` is what the tool raised, a stray ``asyncio.CancelledError`` included;
+    ``cancel_message`` the skip's text when a before-tool-call hook skipped it.
     """
 
     tool_use: dict[str, Any]
     tool: Tool | None
     result: ContentBlock
     exception: BaseException | None = None
+    cancel_message: str | None = None
 
 
 E = TypeVar("E", bound=HookEvent)

@@ -619,11 +619,20 @@ async def test_limit_results_carry_the_last_message(limits: Limits, stop: str, c
 
 
 class Skip(HookProvider):
+    def __init__(self) -> None:
+        self.after: list[tuple[str, str | None]] = []
+
     def register_hooks(self, registry: HookRegistry) -> None:
         registry.add_callback(BeforeToolCallEvent, self.before_call)
+        registry.add_callback(AfterToolCallEvent, self.after_call)
 
     def before_call(self, event: BeforeToolCallEvent) -> None:
         event.cancel_tool = {"e1": True, "e2": "custom", "e3": ""}[event.tool_use["toolUseId"]]
+
+    def after_call(self, event: AfterToolCallEvent) -> None:
+        self.after.append((event.tool_use["toolUseId"], event.cancel_message))
+        if event.tool_use["toolUseId"] == "e2":
+            event.result = err("e2", "custom, then replaced")
 
 
 async def test_cancel_tool_from_a_hook() -> None:
@@ -632,12 +641,15 @@ async def test_cancel_tool_from_a_hook() -> None:
         call("echo", "e2", text="b"),
         call("echo", "e3", text="c"),
     ]
-    agent = make_agent([batch, "ok"], checkpointing=False, tools=BASE, hooks=[Skip()])
+    skip = Skip()
+    agent = make_agent([batch, "ok"], checkpointing=False, tools=BASE, hooks=[skip])
     out = await invoke(agent, new_state(), "go")
-    # True gives the reference's default text; an empty string does not skip the tool.
+    # True gives the reference's default text; an empty string does not skip the tool. The
+    # after-tool-call hooks see a skipped tool too, with the skip's text, and may replace it.
     assert out.state.messages[2] == user(
-        err("e1", "tool cancelled by user"), err("e2", "custom"), ok("e3", "c")
+        err("e1", "tool cancelled by user"), err("e2", "custom, then replaced"), ok("e3", "c")
     )
+    assert skip.after == [("e1", "tool cancelled by user"), ("e2", "custom"), ("e3", None)]
 
 
 @pytest.mark.parametrize("mode", ["now", "deferred"])
