@@ -48,6 +48,9 @@ class AfterInvocationEvent(HookEvent):
 
 @dataclass(slots=True)
 class MessageAddedEvent(HookEvent):
+    """A message was added to the history: ``message`` as added, though history joins it to
+    the last message when both have the same role."""
+
     message: Message
 
 

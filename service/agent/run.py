@@ -79,7 +79,8 @@ class InvocationRun:
     async def add(self, message: Message) -> Message:
         added = append_message(self.ws.messages, message)
         if self.hooks.has(MessageAddedEvent):
-            await self.hooks.fire(MessageAddedEvent(self.agent, self.ws.session_id, added))
+            # The message given, as the reference reports it, not the one it joined in history.
+            await self.hooks.fire(MessageAddedEvent(self.agent, self.ws.session_id, message))
         return added
 
     async def abandon_pending(self) -> None:

@@ -43,6 +43,7 @@ class Recorder(HookProvider):
     def __init__(self, tag: str = "") -> None:
         self.tag = tag
         self.seen: list[str] = []
+        self.added: list[dict[str, Any]] = []
 
     def register_hooks(self, registry: HookRegistry) -> None:
         for event_type in ALL_EVENTS:
@@ -52,6 +53,7 @@ class Recorder(HookProvider):
         name = type(event).__name__.removesuffix("Event")
         if isinstance(event, MessageAddedEvent):
             name += f":{event.message['role']}"
+            self.added.append(event.message)
         self.seen.append(self.tag + name)
 
 
@@ -238,3 +240,7 @@ async def test_results_of_an_abandoned_batch_are_added_before_the_invocation_sta
     assert out.state.messages[2]["content"][0]["toolResult"]["content"] == [
         {"text": "Tool was interrupted."}
     ]
+    # Each event carries the message as added, not the one history joined it into.
+    results, prompt = recorder.added[-3:-1]
+    assert [list(block) for block in results["content"]] == [["toolResult"]]
+    assert prompt["content"] == [{"text": "something else"}]
