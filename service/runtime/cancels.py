@@ -407,7 +407,11 @@ class CancelDesk:
         else:
             self._forget_target(session_id, target)
             result = _plain_cancelled(state or SessionState(session_id=session_id))
-            if state is None or not delivery.answered(target):
+            answered = (state is not None and delivery.answered(target)) or (
+                # A command of a session this owner deleted since.
+                (session_id, target) in self._stateless
+            )
+            if not answered:
                 # Not seen yet: answer it now; when it arrives it is a known, answered command
                 # (the one case where a cancel makes a state for a session that had none).
                 state = state if state is not None else SessionState(session_id=session_id)

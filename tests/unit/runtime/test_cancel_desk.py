@@ -614,3 +614,17 @@ async def test_a_delete_reusing_an_id_the_session_answered_is_a_repeat() -> None
     await t.run(work)
     assert t.answered() == [] and t.store.get("s") is not None
     assert t.outcomes[-1].finished == [work.record.origin]
+
+
+async def test_a_targeted_cancel_read_after_the_delete_leaves_its_answered_target_alone() -> None:
+    t = _Desk(_applied_store("c1"))
+    erase = ParsedCommand(type="delete", command_id="d", session_id="s", agent=None, input=None)
+    work = CommandWork(_record(TOPICS.commands, 9, 110), "s", erase)
+    t.desk.deleting(work, erase)
+    await t.run(work)
+    await t.run(t.desk.read(*_cancel(4, ts=120, target_command_id="c1")))
+    # c1 was answered before the delete: one result for it, ever; the cancel says it skipped
+    # nothing and leaves no state for the deleted session.
+    assert [command_id for command_id, _ in t.answered()] == ["d", "x4"]
+    assert _results(t)["x4"]["cancel"] == {"stopped": None, "skipped": [], "resolved": None}
+    assert t.store.get("s") is None
