@@ -572,10 +572,7 @@ async def test_a_delete_waits_for_its_offset_and_the_cancels_read_before_it() ->
     delete removes: read again after a takeover, it would cancel the fresh session's work."""
     t = _Desk(_applied_store("earlier"))
     await t.run(t.desk.read(*_cancel(4, ts=100)))
-    erase = ParsedCommand(type="delete", command_id="d", session_id="s", agent=None, input=None)
-    work = CommandWork(_record(TOPICS.commands, 9, 110), "s", erase)
-    t.desk.deleting(work, erase)
-    await t.run(work)
+    await _delete(t)
     assert t.settled == [Origin(TOPICS.commands, 0, 9), Origin(TOPICS.control, 0, 5)]
     assert [command_id for command_id, _ in t.answered()] == ["x4", "d"]
 
@@ -585,10 +582,7 @@ async def test_a_cancel_answered_before_a_delete_and_read_again_after_it_is_not_
     cancel the old owner answered before the delete, whose offset it had not committed, is then
     read again after the delete took the session's state (and its command ids) away."""
     t = _Desk(_applied_store("earlier", "x4"))
-    erase = ParsedCommand(type="delete", command_id="d", session_id="s", agent=None, input=None)
-    work = CommandWork(_record(TOPICS.commands, 9, 110), "s", erase)
-    t.desk.deleting(work, erase)
-    await t.run(work)
+    await _delete(t)
     await t.run(_command("fresh", 10, ts=120))  # the session starts afresh
     assert t.ran == ["fresh"]
     t.store.put("s", StoredSession(SessionState(session_id="s", agent="a")))
@@ -597,6 +591,17 @@ async def test_a_cancel_answered_before_a_delete_and_read_again_after_it_is_not_
     assert [command_id for command_id, _ in t.answered()] == ["d"]
     # Its offset is finished, after every earlier control record: no state recognises it.
     assert t.outcomes[-1].finished == [again.record.origin] and t.outcomes[-1].replay_unsafe
+
+
+async def _delete(t: _Desk, command_id: str = "d") -> CommandWork:
+    """A delete of session "s" (offset 9, published at 110), read and handled."""
+    erase = ParsedCommand(
+        type="delete", command_id=command_id, session_id="s", agent=None, input=None
+    )
+    work = CommandWork(_record(TOPICS.commands, 9, 110), "s", erase)
+    t.desk.deleting(work, erase)
+    await t.run(work)
+    return work
 
 
 def _applied_store(*command_ids: str) -> SessionStore:
@@ -608,20 +613,14 @@ def _applied_store(*command_ids: str) -> SessionStore:
 
 async def test_a_delete_reusing_an_id_the_session_answered_is_a_repeat() -> None:
     t = _Desk(_applied_store("x"))
-    erase = ParsedCommand(type="delete", command_id="x", session_id="s", agent=None, input=None)
-    work = CommandWork(_record(TOPICS.commands, 9, 110), "s", erase)
-    t.desk.deleting(work, erase)
-    await t.run(work)
+    work = await _delete(t, "x")
     assert t.answered() == [] and t.store.get("s") is not None
     assert t.outcomes[-1].finished == [work.record.origin]
 
 
 async def test_a_targeted_cancel_read_after_the_delete_leaves_its_answered_target_alone() -> None:
     t = _Desk(_applied_store("c1"))
-    erase = ParsedCommand(type="delete", command_id="d", session_id="s", agent=None, input=None)
-    work = CommandWork(_record(TOPICS.commands, 9, 110), "s", erase)
-    t.desk.deleting(work, erase)
-    await t.run(work)
+    await _delete(t)
     await t.run(t.desk.read(*_cancel(4, ts=120, target_command_id="c1")))
     # c1 was answered before the delete: one result for it, ever; the cancel says it skipped
     # nothing and leaves no state for the deleted session.
