@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import cast
 
@@ -34,7 +34,7 @@ from service.runtime.forks import SessionVersions
 from service.runtime.invoker import AbandonedError, Invoker, ResultTooLargeError
 from service.runtime.records import session_key
 from service.runtime.txn_stream import CommitFailedError, GroupFencedError
-from service.runtime.work import CommandWork, InputRecord, Outcome, commands_position
+from service.runtime.work import CommandWork, InputRecord, Origin, Outcome, commands_position
 from service.sessions.store import SessionStore, StoredSession
 from service.sessions.table import StoreBrokenError
 from service.sessions.writer import StateTooLargeError
@@ -83,9 +83,12 @@ class CommandPath:
         faults: FaultPoints | None = None,
         metrics: Metrics | None = None,
         owns: Callable[[str], bool] | None = None,
+        settled: Callable[[Origin], Awaitable[None]] | None = None,
     ) -> None:
         self._owns = owns
         """Whether a session id belongs to this partition (``None``: every one does)."""
+        self._settled = settled
+        """Waits until every record of a partition before the one given is finished."""
         self._versions = versions
         self._store = store
         self._cancels = cancels
@@ -99,6 +102,8 @@ class CommandPath:
 
     async def handle(self, work: CommandWork) -> None:
         """Handle one record of a session queue: the first of these that applies answers it.
+        (A record of a session another partition owns is refused before them, with no state
+        of it read or written here, once every earlier record of its partition is finished.)
 
         1. The partition's commit failed (fencing, a failed transaction): that is no record's
            failure. It passes, and the next owner reads the record again.
@@ -126,8 +131,30 @@ class CommandPath:
         the session as it was before the command, with the command recorded as applied. The
         session stays decoded in memory meanwhile, however large (:meth:`SessionStore.in_use`).
         """
+        if work.foreign:
+            await self._refuse_foreign(work)
+            return
         with self._store.in_use(work.session_id):
             await self._handle(work)
+
+    async def _refuse_foreign(self, work: CommandWork) -> None:
+        """Refuse a record of a session another partition owns. No state here may record it,
+        so only the committed offsets recognise it read again: it is answered once every
+        earlier record of its partition is finished (``settled``), in a commit that moves the
+        offsets past it."""
+        origin = work.record.origin
+        try:
+            if self._settled is not None:
+                await self._settled(origin)
+            assert work.error is not None
+            self._answers.error(work, work.error.code, work.error.reason, keeps=None)
+        except NOT_THE_RECORDS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one record's failure must stay its own
+            self.record_failed(work.record, exc)
+        finally:
+            if origin.topic == self._topics.control:
+                self._cancels.ledger.answered(origin.offset)
 
     async def _handle(self, work: CommandWork) -> None:
         origin = work.record.origin
@@ -251,15 +278,15 @@ class CommandPath:
 
     def undecodable(self, record: InputRecord, error: WireError) -> CommandWork | None:
         """Take a record that did not decode as it is read: the work that answers it in its
-        session's queue when it names its session and id (step 3 of :meth:`handle`), else
-        ``None``: answered at once when the session is another partition's, dead-lettered with
-        the wire's reason and code when it names none."""
+        session's queue when it names its session and id (step 3 of :meth:`handle`; one of a
+        session another partition owns is refused before the steps, without its state), else
+        ``None``: dead-lettered with the wire's reason and code when it names none."""
         if error.answerable and error.session_id is not None:
             work = CommandWork(record, error.session_id, None, error)
             if self._owns is None or self._owns(error.session_id):
                 return work
-            # Another partition's session: answered at once, and no state of it is read or
-            # written here (its owner holds it); the committed offset recognises a replay.
+            # Another partition's session: no state of it is read or written here (its owner
+            # holds it); the committed offset recognises a replay (see :meth:`handle`).
             logger.warning(
                 "session_id=<%s>, command_id=<%s>, reason=<%s> | record of a session another "
                 "partition owns, refused",
@@ -267,8 +294,8 @@ class CommandPath:
                 error.command_id,
                 error.reason,
             )
-            self._answers.error(work, error.code, error.reason, keeps=None)
-            return None
+            work.foreign = True
+            return work
         if record.origin.topic == self._topics.control:
             logger.warning(
                 "key=<%s>, offset=<%d>, reason=<%s> | undecodable control record sent to the dlq",

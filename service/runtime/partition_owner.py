@@ -358,6 +358,7 @@ class PartitionOwner:
                 faults=self._ctx.faults,
                 metrics=self._ctx.metrics,
                 owns=owns,
+                settled=committer.settled_before,
             )
             self._queues = SessionQueues(tasks, path.handle)
             self._control = ControlHandler(

@@ -62,6 +62,9 @@ class CommandWork:
     ``None`` when decoding failed (see ``error``)."""
     error: WireError | None = None
     """Why the record did not decode, when it still named its session (and its id, if read)."""
+    foreign: bool = False
+    """The session belongs to another partition: refused here, its state neither read nor
+    written (its partition's owner holds it)."""
     cancel: CancelSignal | None = None
     """The invocation's cancel signal, set just before it runs."""
     trace: list[tuple[str, bytes]] | None = None

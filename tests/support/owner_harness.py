@@ -155,8 +155,8 @@ def answered(kafka: MemoryKafka) -> Counter[str]:
     )
 
 
-def committed(kafka: MemoryKafka) -> int:
-    return kafka.committed.get(COMMANDS_0, (-1, ""))[0]
+def committed(kafka: MemoryKafka, partition: TopicPartition = COMMANDS_0) -> int:
+    return kafka.committed.get(partition, (-1, ""))[0]
 
 
 async def until(condition: Callable[[], bool], what: str, timeout: float = 10) -> None:

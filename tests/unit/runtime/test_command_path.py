@@ -262,11 +262,13 @@ def test_a_record_off_its_keys_partition_is_refused_with_its_ids(
     assert f"its key belongs on partition {home}" in error.reason
 
 
-def test_a_refusal_for_another_partitions_session_is_answered_at_once_without_its_state() -> None:
+async def test_a_refusal_for_another_partitions_session_is_answered_without_its_state() -> None:
     t = Harness(owns=lambda session_id: session_id != "s")
     error = WireError("on the wrong partition", session_id="s", command_id="c")
     record = _record(TOPICS.commands, 4, 100)
-    assert t.path.undecodable(record, error) is None
+    work = t.path.undecodable(record, error)
+    assert work is not None and work.foreign and not t.outcomes
+    await t.path.handle(work)
     [outcome] = t.outcomes
     assert outcome.state is None  # nothing of a session another partition owns is written
     assert outcome.finished == [record.origin] and outcome.replay_unsafe

@@ -462,6 +462,46 @@ async def test_what_no_state_remembers_is_answered_only_with_the_offsets_moved_p
     assert answered(kafka) == Counter({"c0": 1, "c1": 1, "c2": 1})
 
 
+@pytest.mark.parametrize("topic", [TOPICS.commands, TOPICS.control])
+async def test_a_record_of_another_partitions_session_is_answered_with_the_offsets_past_it(
+    tmp_path: Path, topic: str
+) -> None:
+    """A command or cancel whose key belongs on another partition is refused without its
+    session's state (its owner holds it), so only the committed offsets recognise it read again:
+    answered while an earlier record of its partition still ran, a later owner would answer it
+    a second time. (On the control topic the earlier record is a cancel of the running c0.)"""
+    kafka = MemoryKafka()
+    # With two partitions "s0" and "other" belong on partition 0, "elsewhere" on partition 1.
+    put(kafka, {**command(0, agent="gated"), "session_id": "s0"})
+    foreign: dict[str, Any] = {**command(1), "session_id": "elsewhere"}
+    home, expected = COMMANDS_0, Counter({"c0": 1, "c1": 1, "c2": 1})
+    async with Instance(kafka, tmp_path) as instance:
+        instance.ctx.partitions = 2
+        owner, task = instance.owner()
+        await until(lambda: instance.gated.waiting == 1, "c0 running")
+        if topic == TOPICS.control:
+            cancel = {"type": "cancel", "command_id": "k0", "session_id": "s0"}
+            kafka.append(topic, 0, b"s0", orjson.dumps({**cancel, "after_current_tools": True}))
+            foreign = {**cancel, "command_id": "c1", "session_id": "elsewhere"}
+            home, expected = CONTROL_0, expected + Counter({"k0": 1})
+        at = kafka.append(topic, 0, b"elsewhere", orjson.dumps(foreign))
+        put(kafka, {**command(2), "session_id": "other"})  # another session goes on meanwhile
+        await until(lambda: answered(kafka)["c2"] == 1, "c2")
+        assert answered(kafka)["c1"] == 0, "it waits for the record before it"
+        instance.gated.gate.set()
+        await until(lambda: answered(kafka)["c1"] == 1, "it")
+        assert committed(kafka, home) > at, "its commit moved the offsets past it"
+        assert await instance.stop(owner, task) is OwnerExit.STOPPED
+    assert answered(kafka) == expected
+    [refusal] = [
+        body
+        for value in kafka.visible(TOPICS.results)
+        if value is not None and (body := orjson.loads(value))["command_id"] == "c1"
+    ]
+    assert refusal["error"]["code"] == "invalid_command"
+    assert "belongs on partition 1" in refusal["error"]["message"]
+
+
 async def test_a_session_answering_more_than_the_ids_it_keeps_runs_none_again_on_a_takeover(
     tmp_path: Path,
 ) -> None:
