@@ -56,8 +56,9 @@ from service.agent.outcomes import (
 from service.agent.results import (
     CANCELLED_TEXT,
     TOOL_CANCELLED_TEXT,
+    ToolFailure,
     error_result,
-    error_text,
+    failure,
     result_status,
     timeout_text,
     tool_name_error,
@@ -284,14 +285,17 @@ async def _traced_call(
                 # of this task is one of the invocation, anything else is the tool failing.
                 if _cancelling():
                     raise
-                exception = exc
-                block = error_result(tool_use_id, error_text(exc))
+                text, exception = failure(exc)
+                block = error_result(tool_use_id, text)
             except ToolTimeoutError as exc:
                 exception = exc
                 block = error_result(tool_use_id, str(exc))
+            except ToolFailure as exc:
+                exception = exc.exception
+                block = error_result(tool_use_id, exc.text)
             except Exception as exc:  # noqa: BLE001 - a failing tool becomes an error result
-                exception = exc
-                block = error_result(tool_use_id, error_text(exc))
+                text, exception = failure(exc)
+                block = error_result(tool_use_id, text)
             else:
                 block = tool_result(tool_use_id, value)
             if exception is None or not _may_retry(policy, attempt):

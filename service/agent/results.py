@@ -147,14 +147,51 @@ def tool_result(tool_use_id: str, value: Any) -> ContentBlock:
     }
 
 
-def error_text(exc: BaseException) -> str:
-    message = _str(exc)
-    if message is None:
-        # Its ``__str__`` failed: the type is all that can be told.
-        return f"Error: {type(exc).__name__}"
+class ToolFailure(Exception):
+    """A tool's failure whose error text is already told: ``text`` goes to the model, and the
+    after-tool-call hooks see ``exception`` (what the reference reports for that failure)."""
+
+    def __init__(self, text: str, exception: BaseException) -> None:
+        super().__init__(text)
+        self.text = text
+        self.exception = exception
+
+
+def failure(exc: BaseException) -> tuple[str, BaseException]:
+    """The reference's error text for a tool that raised ``exc``, and the exception its
+    after-tool-call hooks see.
+
+    As a decorated tool tells it: ``Error: <message>`` for a ``ValueError``, else
+    ``Error: <Type> - <message>``. When ``str(exc)`` itself raises, what it raised escapes the
+    tool's own handling, and is told as :func:`escaped_failure` tells it.
+    """
+    try:
+        message = str(exc)
+    except Exception as raised:  # noqa: BLE001 - foreign code may fail any way
+        return escaped_failure(raised, exc)
     if isinstance(exc, ValueError):
-        return f"Error: {message}"
-    return f"Error: {type(exc).__name__} - {message}"
+        return f"Error: {message}", exc
+    return f"Error: {type(exc).__name__} - {message}", exc
+
+
+def escaped_failure(
+    exc: BaseException, original: BaseException | None = None
+) -> tuple[str, BaseException]:
+    """The reference's error text for an exception that escaped a tool's own handling (a module
+    tool's, or one raised by an exception's ``__str__``): ``Error: <its text>``.
+
+    When that text fails too, the reference's executor tells the exception that failure raised
+    the same way, once; past that the reference itself fails (its invocation raises), and the
+    text names the type of ``original`` (else ``exc``): ``Error: <Type>``.
+    """
+    current = exc
+    for _ in range(2):
+        try:
+            return f"Error: {current}", current
+        except Exception as raised:  # noqa: BLE001 - foreign code may fail any way
+            current = raised
+    first = original if original is not None else exc
+    return f"Error: {type(first).__name__}", first
 
 
 def error_result(tool_use_id: str, text: str) -> ContentBlock:

@@ -5,7 +5,9 @@ Guarantees: the model is told the tool's own Strands spec, and the tool runs thr
 agent. ``tool_context.interrupt(name, reason=...)`` pauses the invocation with a Cairn interrupt
 whose id is the one Strands gives it (``v1:tool_call:<toolUseId>:<uuid5(name)>``); on the resume
 that answers it, the tool runs again from its start and the same call returns the answer. An
-exception the tool raised is raised again, so Cairn's retries and error text apply.
+exception the tool raised is raised again, so Cairn's retries and error text apply; one that
+escaped the tool's own handling is raised with the reference's text for it
+(:func:`~service.agent.results.escaped_failure`).
 
 What the tool sees of its context: ``tool_use`` and ``invocation_state`` (the invocation's,
 shared by its tools, with ``"agent"`` added while the tool runs, as Strands does),
@@ -37,6 +39,7 @@ from strands.types.tools import ToolContext as StrandsToolContext
 from service.agent.cancel import CancelSignal
 from service.agent.interrupts import InterruptSignal
 from service.agent.provider import ToolSpec
+from service.agent.results import ToolFailure, escaped_failure
 from service.agent.tools import Tool, ToolContext
 from service.agent.types import Interrupt
 
@@ -150,20 +153,27 @@ class StrandsTool(Tool):
             cairn=context,
         )
         final: ToolResultEvent | None = None
+        asked: StrandsInterrupt | None = None
         try:
             async for event in self.strands_tool.stream(
                 tool_use, state, _tool_context=strands_context
             ):
                 if isinstance(event, ToolInterruptEvent):
-                    first = event.interrupts[0]
-                    raise InterruptSignal(
-                        Interrupt(id=first.id, name=first.name, reason=first.reason)
-                    )
+                    asked = event.interrupts[0]
+                    break
                 if isinstance(event, ToolResultEvent):
                     final = event
+        except ToolFailure:
+            raise
+        except Exception as exc:
+            # Escaped the tool's own handling (a module tool's failure, or what an exception's
+            # ``__str__`` raised): told as the reference's executor tells it.
+            raise ToolFailure(*escaped_failure(exc)) from exc
         finally:
             if state.get("agent") is agent:
                 del state["agent"]
+        if asked is not None:
+            raise InterruptSignal(Interrupt(id=asked.id, name=asked.name, reason=asked.reason))
         if final is None:
             raise RuntimeError(f"Strands tool {self.name!r} ended without a result")
         if final.exception is not None:

@@ -112,18 +112,73 @@ async def test_a_real_cancellation_of_the_task_still_propagates(executor: str) -
     assert task.cancelled()
 
 
-async def test_an_exception_without_text_is_an_error_result_named_by_its_type() -> None:
+async def test_an_exception_without_text_gets_the_text_of_what_its_str_raised() -> None:
     script = [[call("unprintable_error", "a"), call("unprintable_value", "b")], "done"]
     agent = make_agent(script, checkpointing=False, tools=TOOLS)
     out = await invoke(agent, new_state(), "go")
     assert out.stop == "end_turn"
     first, second = results_of(out.state.messages[2])
+    # As in the reference: what ``__str__`` raised escapes the tool's handling, told as such.
     assert first == {
         "toolUseId": "a",
         "status": "error",
-        "content": [{"text": "Error: UnprintableError"}],
+        "content": [{"text": "Error: no text for this one"}],
     }
     assert second["status"] == "error"
     assert "Unprintable" in second["content"][0]["text"]
     check_history(out.state)
     roundtrip(out.state)
+
+
+class UnprintableValueError(ValueError):
+    def __str__(self) -> str:
+        raise RuntimeError("no text for this value error")
+
+
+class TwiceUnprintableError(Exception):
+    def __str__(self) -> str:
+        raise UnprintableError
+
+
+class ThriceUnprintableError(Exception):
+    def __str__(self) -> str:
+        raise TwiceUnprintableError
+
+
+@tool(inline=True)
+def raises(kind: str) -> str:
+    """Raise an exception whose text cannot be had, in one of several ways."""
+    errors: dict[str, type[Exception]] = {
+        "value": UnprintableValueError,
+        "twice": TwiceUnprintableError,
+        "thrice": ThriceUnprintableError,
+    }
+    raise errors[kind]
+
+
+@pytest.mark.parametrize(
+    ("kind", "text", "seen"),
+    [
+        ("value", "Error: no text for this value error", RuntimeError),
+        ("twice", "Error: no text for this one", RuntimeError),
+        # The reference's invocation itself raises here; Cairn names the tool's exception.
+        ("thrice", "Error: ThriceUnprintableError", ThriceUnprintableError),
+    ],
+)
+async def test_an_unprintable_exception_is_told_as_the_reference_tells_it(
+    kind: str, text: str, seen: type[BaseException]
+) -> None:
+    exceptions: list[BaseException | None] = []
+
+    class Watch(HookProvider):
+        def register_hooks(self, registry: HookRegistry) -> None:
+            registry.add_callback(AfterToolCallEvent, lambda e: exceptions.append(e.exception))
+
+    script = [call("raises", "a", kind=kind), "done"]
+    agent = make_agent(script, checkpointing=False, tools=[raises], hooks=[Watch()])
+    out = await invoke(agent, new_state(), "go")
+    assert out.stop == "end_turn"
+    assert results_of(out.state.messages[2]) == [
+        {"toolUseId": "a", "status": "error", "content": [{"text": text}]}
+    ]
+    assert len(exceptions) == 1 and type(exceptions[0]) is seen
