@@ -256,7 +256,10 @@ async def _traced_call(
     exception: BaseException | None = None
     if tool is None:
         # The name is the model's: measured too, so no result escapes the maximum size.
-        block = _checked(run, tool_use_id, error_result(tool_use_id, unknown_tool_text(name)))
+        text = unknown_tool_text(name)
+        block = _checked(run, tool_use_id, error_result(tool_use_id, text))
+        # What the reference's after-tool-call hooks see for it.
+        exception = Exception(text)
     else:
         policy = tool.policy
         attempt = 0

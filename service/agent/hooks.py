@@ -112,7 +112,8 @@ class AfterToolCallEvent(HookEvent):
     """Fires after one tool ran, or was skipped by a before-tool-call hook's ``cancel_tool``
     (never for a toolUse whose name is invalid); ``result`` may be replaced by the callback.
 
-    ``exception`` is what the tool raised, a stray ``asyncio.CancelledError`` included;
+    ``exception`` is what the tool raised, a stray ``asyncio.CancelledError`` included (for a
+    tool the agent does not have, an ``Exception`` with the ``Unknown tool: <name>`` text);
     ``cancel_message`` the skip's text when a before-tool-call hook skipped it.
     """
 

@@ -182,3 +182,17 @@ async def test_an_unprintable_exception_is_told_as_the_reference_tells_it(
         {"toolUseId": "a", "status": "error", "content": [{"text": text}]}
     ]
     assert len(exceptions) == 1 and type(exceptions[0]) is seen
+
+
+async def test_after_tool_call_hooks_see_an_unknown_tool_as_the_reference_reports_it() -> None:
+    seen: list[BaseException | None] = []
+
+    class Watch(HookProvider):
+        def register_hooks(self, registry: HookRegistry) -> None:
+            registry.add_callback(AfterToolCallEvent, lambda e: seen.append(e.exception))
+
+    agent = make_agent([call("nosuch", "a"), "done"], checkpointing=False, hooks=[Watch()])
+    out = await invoke(agent, new_state(), "go")
+    assert out.stop == "end_turn"
+    assert len(seen) == 1 and type(seen[0]) is Exception
+    assert str(seen[0]) == "Unknown tool: nosuch"
