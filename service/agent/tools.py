@@ -23,7 +23,12 @@ from pydantic import BaseModel, ValidationError
 from service.agent.cancel import CancelSignal
 from service.agent.interrupts import InterruptBook, tool_call_id
 from service.agent.provider import ToolSpec
-from service.agent.results import VALIDATION_PREFIX, input_not_object_text
+from service.agent.results import (
+    VALIDATION_PREFIX,
+    ToolFailure,
+    failure,
+    input_not_object_text,
+)
 from service.agent.toolspec import spec_for
 
 Effect = Literal["idempotent", "once"]
@@ -192,8 +197,19 @@ class FunctionTool(Tool):
         if self.is_async:
             return await self.fn(**kwargs)
         if self.inline:
-            return self.fn(**kwargs)
-        return await asyncio.to_thread(self.fn, **kwargs)
+            return _call(self.fn, kwargs)
+        return await asyncio.to_thread(_call, self.fn, kwargs)
+
+
+def _call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    """``fn(**kwargs)``, a ``StopIteration`` it raises made the ordinary failure it is: raised
+    as it is, it could never reach the awaiting task (an asyncio future refuses it, and the
+    await would never end, as under the reference) nor leave a coroutine (which turns it into a
+    ``RuntimeError``)."""
+    try:
+        return fn(**kwargs)
+    except StopIteration as exc:
+        raise ToolFailure(*failure(exc)) from exc
 
 
 @overload

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
+import inspect
 import json
 import threading
 from collections.abc import Sequence
@@ -31,6 +33,7 @@ from typing import Any
 from strands.interrupt import Interrupt as StrandsInterrupt
 from strands.interrupt import InterruptException
 from strands.tools.loader import load_tools_from_module
+from strands.tools.tools import PythonAgentTool
 from strands.types._events import ToolInterruptEvent
 from strands.types.events import ToolResultEvent
 from strands.types.tools import AgentTool
@@ -39,7 +42,7 @@ from strands.types.tools import ToolContext as StrandsToolContext
 from service.agent.cancel import CancelSignal
 from service.agent.interrupts import InterruptSignal
 from service.agent.provider import ToolSpec
-from service.agent.results import ToolFailure, escaped_failure
+from service.agent.results import ToolFailure, escaped_failure, failure
 from service.agent.tools import Tool, ToolContext
 from service.agent.types import Interrupt
 
@@ -123,7 +126,7 @@ class StrandsTool(Tool):
         spec = agent_tool.tool_spec
         schema = spec.get("inputSchema") or {}
         json_schema = schema.get("json", schema) if isinstance(schema, dict) else {}
-        self.strands_tool = agent_tool
+        self.strands_tool = _without_stop_iteration(agent_tool)
         self.spec = ToolSpec(
             name=spec["name"],
             description=spec.get("description") or spec["name"],
@@ -179,6 +182,31 @@ class StrandsTool(Tool):
         if final.exception is not None:
             raise final.exception
         return dict(final.tool_result)
+
+
+def _without_stop_iteration(agent_tool: AgentTool) -> AgentTool:
+    """``agent_tool``, or when its function is sync a copy whose function turns a
+    ``StopIteration`` into the ordinary failure it is, told as the reference tells one of that
+    type: Strands runs that function in a worker thread, from which a ``StopIteration`` never
+    reaches the awaiting tool (under the reference the invocation hangs)."""
+    fn = getattr(agent_tool, "_tool_func", None)
+    if not callable(fn) or inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        return agent_tool
+    # A module tool's failure escapes its ``stream``; a decorated tool's is told by Strands.
+    tell = escaped_failure if isinstance(agent_tool, PythonAgentTool) else failure
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except StopIteration as exc:
+            raise ToolFailure(*tell(exc)) from exc
+
+    # A copy: the tool stays as its owner made it. ``_tool_func`` is where Strands' function
+    # tools (decorated and module ones) keep the function they call.
+    guarded = copy.copy(agent_tool)
+    guarded._tool_func = call  # type: ignore[attr-defined]
+    return guarded
 
 
 async def _mirror_cancel(cancel: CancelSignal, event: threading.Event) -> None:

@@ -196,3 +196,37 @@ async def test_after_tool_call_hooks_see_an_unknown_tool_as_the_reference_report
     assert out.stop == "end_turn"
     assert len(seen) == 1 and type(seen[0]) is Exception
     assert str(seen[0]) == "Unknown tool: nosuch"
+
+
+@tool
+def stops() -> str:
+    """Raise StopIteration from a worker thread."""
+    raise StopIteration("no more")
+
+
+@tool(inline=True)
+def stops_inline() -> str:
+    """Raise StopIteration on the event loop."""
+    raise StopIteration
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [("stops", "Error: StopIteration - no more"), ("stops_inline", "Error: StopIteration - ")],
+)
+async def test_a_stop_iteration_is_an_ordinary_tool_error(name: str, text: str) -> None:
+    seen: list[BaseException | None] = []
+
+    class Watch(HookProvider):
+        def register_hooks(self, registry: HookRegistry) -> None:
+            registry.add_callback(AfterToolCallEvent, lambda e: seen.append(e.exception))
+
+    script = [call(name, "a"), "done"]
+    agent = make_agent(script, checkpointing=False, tools=[stops, stops_inline], hooks=[Watch()])
+    # Raised into an asyncio future, a StopIteration would leave the await waiting for ever.
+    out = await asyncio.wait_for(invoke(agent, new_state(), "go"), 5)
+    assert out.stop == "end_turn"
+    assert results_of(out.state.messages[2]) == [
+        {"toolUseId": "a", "status": "error", "content": [{"text": text}]}
+    ]
+    assert len(seen) == 1 and type(seen[0]) is StopIteration

@@ -6,10 +6,12 @@ decorator and tool executor), with the exception the reference's after-tool-call
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import strands_module_tool
 from strands import tool as strands_tool
+from strands.tools.tools import PythonAgentTool
 
 from service.agent.definition import AgentDefinition
 from service.agent.events import Stopped
@@ -68,3 +70,41 @@ async def test_a_module_tools_failure_is_told_as_the_reference_tells_it() -> Non
     got = await results([ToolCall("strands_module_tool", {}, "t1"), "ok"], tools, watch)
     assert got == [{"toolUseId": "t1", "status": "error", "content": [{"text": "Error: 'word'"}]}]
     assert len(watch.exceptions) == 1 and type(watch.exceptions[0]) is KeyError
+
+
+@strands_tool
+def stops() -> str:
+    """Raise StopIteration from Strands' worker thread."""
+    raise StopIteration("no more")
+
+
+def stops_module(tool_use: dict[str, Any], **invocation_state: Any) -> dict[str, Any]:
+    raise StopIteration("no more")
+
+
+STOPS_SPEC: Any = {
+    "name": "stops_module",
+    "description": "Raise StopIteration.",
+    "inputSchema": {"json": {"type": "object", "properties": {}}},
+}
+
+
+async def test_a_stop_iteration_is_an_ordinary_failure_where_the_reference_hangs() -> None:
+    watch = Watch()
+    script: list[ReplySpec] = [[ToolCall("stops", {}, "t1"), ToolCall("stops_module", {}, "t2")]]
+    tools = [
+        StrandsTool(stops),
+        StrandsTool(PythonAgentTool("stops_module", STOPS_SPEC, stops_module)),
+    ]
+    got = await asyncio.wait_for(results([*script, "ok"], tools, watch), 5)
+    # The texts the reference gives an ordinary exception of that type, by the kind of tool.
+    assert got == [
+        {
+            "toolUseId": "t1",
+            "status": "error",
+            "content": [{"text": "Error: StopIteration - no more"}],
+        },
+        {"toolUseId": "t2", "status": "error", "content": [{"text": "Error: no more"}]},
+    ]
+    assert [type(e) for e in watch.exceptions] == [StopIteration, StopIteration]
+    assert not hasattr(stops._tool_func, "__wrapped__"), "the tool itself is left as it is"
