@@ -20,7 +20,7 @@ from service.agent.errors import (
     NoPendingInterruptError,
     UnknownInterruptError,
 )
-from service.agent.messages import prompt_messages
+from service.agent.messages import asked_tools, prompt_messages, tool_uses
 from service.agent.outcomes import answer_problem, is_outcome_interrupt
 from service.agent.state import SessionState
 from service.agent.types import Checkpoint, Limits, Message
@@ -90,6 +90,34 @@ def _check_prompt(value: Any) -> list[Message]:
     elif with_role:
         raise InvalidInputError("input mixes messages and content blocks")
     return prompt_messages(value)
+
+
+def _check_results(state: SessionState, prompt: list[Message]) -> None:
+    """Refuse a prompt holding a toolResult for a tool call the session left unanswered.
+
+    A prompt first answers those calls ``Tool was interrupted.`` (as the reference does), so
+    such a call would get two results, which model providers refuse (the reference sends both).
+    Only the prompt's user messages before its first assistant message can answer those calls.
+    """
+    last = state.pending.assistant_message if state.pending is not None else None
+    if last is None:
+        last = asked_tools(state.messages)
+    if last is None:
+        return
+    unanswered = {use.get("toolUseId") for use in tool_uses(last)}
+    for message in prompt:
+        if message["role"] != "user":
+            return
+        for block in message["content"]:
+            result = block.get("toolResult") if isinstance(block, dict) else None
+            tool_use_id = result.get("toolUseId") if isinstance(result, dict) else None
+            if isinstance(tool_use_id, str) and tool_use_id in unanswered:
+                raise InvalidInputError(
+                    f"the prompt holds a toolResult for toolUseId {tool_use_id!r}, a tool call "
+                    "the session left unanswered, which a prompt answers 'Tool was interrupted.'"
+                    " (it would have two results): resume the pause to run it, or leave that "
+                    "result out"
+                )
 
 
 def _checkpointing(agent: AgentDefinition, state: SessionState, invocation: Invocation) -> bool:
@@ -198,6 +226,7 @@ def plan(agent: AgentDefinition, state: SessionState, invocation: Invocation) ->
     messages = _check_prompt(value)
     if state.interrupted:
         raise InterruptPendingError("an interrupt is pending: only interrupt answers are accepted")
+    _check_results(state, messages)
     return Plan(
         kind="prompt",
         start="model",

@@ -462,3 +462,25 @@ def test_checkpoint_dataclass_round_trip() -> None:
 
 
 _ = (add, approve, echo)
+
+
+@pytest.mark.parametrize("as_messages", [False, True])
+async def test_a_prompt_answering_an_unanswered_call_is_refused_with_nothing_changed(
+    as_messages: bool,
+) -> None:
+    agent = make_agent([call("echo", "t1", text="a"), "bye"])
+    paused = await invoke(agent, new_state(), "first")
+    assert paused.state.pending is not None
+    mine = {"toolResult": {"toolUseId": "t1", "status": "success", "content": [{"text": "mine"}]}}
+    blocks: list[dict[str, Any]] = [mine, {"text": "and more"}]
+    prompt: Any = [{"role": "user", "content": blocks}] if as_messages else blocks
+    # The reference answers t1 ``Tool was interrupted.`` and sends this result too: two results.
+    with pytest.raises(InvalidInputError) as info:
+        await invoke(make_agent(["never"]), paused.state, prompt)
+    assert info.value.code == "invalid_command"
+    assert "'t1'" in info.value.message
+    # A result for another call, or none, goes on as before.
+    other = {"toolResult": {**mine["toolResult"], "toolUseId": "elsewhere"}}
+    out = await invoke(make_agent(["fresh"]), paused.state, [other, {"text": "and more"}])
+    assert out.stop == "end_turn"
+    assert results_of(out.state.messages[2])[0]["content"] == [{"text": "Tool was interrupted."}]
