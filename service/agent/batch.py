@@ -43,6 +43,10 @@ class BatchRun:
     stopped: bool = False
     """A cancel stopped this batch (decided when its after-tools event is built): every
     toolUse then has a result in ``results``, and no interrupt of it stays pending."""
+    aborted: str | None = None
+    """Why a tool's ``KeyboardInterrupt`` or ``SystemExit`` ended this batch (the
+    ``tool_aborted`` error's message), else None: no tool starts after it, no after-tools
+    event fires, and the batch's results are not kept."""
     keys: dict[int, str] = field(default_factory=dict)
     """Each toolUse's result key (:func:`~service.agent.messages.result_keys`), by the
     toolUse's identity; made on first use."""

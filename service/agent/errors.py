@@ -95,6 +95,13 @@ class ContextOverflowError(ModelError):
     code = "context_overflow"
 
 
+class ToolAbortedError(EngineError):
+    """A tool raised ``KeyboardInterrupt`` or ``SystemExit``, which ends its invocation (never
+    the process): the loop reports it with this code (:mod:`service.agent.aborts`)."""
+
+    code = "tool_aborted"
+
+
 class LimitExceededError(EngineError):
     code = "limit_exceeded"
 

@@ -18,6 +18,9 @@ before it), before any tool runs; it is no tool call: no tool-call hooks (which 
 interrupt or skip it), no started/finished events, span or tool metrics. A valid name that no
 tool of the agent has is a tool call like any other, whose result is ``Unknown tool: <name>``.
 
+A tool raising ``KeyboardInterrupt`` or ``SystemExit`` ends the batch there (``run.aborted``):
+no tool starts after it, and neither its after-tool-call nor the after-tools hooks fire.
+
 Tools with effect ``once``: each is recorded as started in ``run.started`` and a durable
 :class:`LedgerChanged` is yielded before it starts (the ``once`` tools that the concurrent
 executor starts together share one); one is yielded again once its result is in. A tool found
@@ -36,6 +39,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from service.agent import tracing
+from service.agent.aborts import ToolAborted, aborted_text, guarded
 from service.agent.batch import BatchRun, LedgerChanged
 from service.agent.cancel import CancelSignal
 from service.agent.events import Event, ToolFinished, ToolStarted
@@ -204,8 +208,8 @@ async def _invoke(tool: Tool, use: dict[str, Any], context: ToolContext, run: Ba
     # As the model gave it, null and lists included: refusing what it cannot take is the tool's.
     tool_input = use.get("input", {})
     if timeout_s is None:
-        return await tool.invoke(tool_input, context)
-    task = asyncio.ensure_future(tool.invoke(tool_input, context))
+        return await guarded(tool.invoke(tool_input, context))
+    task = asyncio.ensure_future(guarded(tool.invoke(tool_input, context)))
     forward = asyncio.ensure_future(_forward_cancel(run.cancel, context.cancel))
     try:
         done, _ = await asyncio.wait({task}, timeout=timeout_s)
@@ -240,7 +244,7 @@ def _may_retry(policy: ToolPolicy, attempt: int) -> bool:
 
 async def _call(run: BatchRun, use: dict[str, Any], tool: Tool | None) -> ContentBlock | None:
     """Run the tool (again, up to its retries) in a span of its own; None when it raised an
-    interrupt."""
+    interrupt or ended the batch (``run.aborted``)."""
     name = use.get("name", "")
     attributes = tracing.tool_call(name, str(use["toolUseId"]), run.session_id, run.agent.name)
     with run.tracer.span(tracing.tool_span_name(name), attributes) as span:
@@ -282,6 +286,14 @@ async def _traced_call(
                 _check_state(run, use)
                 span.set(tracing.TOOL_ATTEMPTS, attempt + 1)
                 span.set(tracing.TOOL_STATUS, "interrupted")
+                return None
+            except ToolAborted as exc:
+                # As under the reference, it ends the invocation: no result, no hooks.
+                run.aborted = aborted_text(name, tool_use_id, exc.exception)
+                _check_state(run, use)
+                span.set(tracing.TOOL_ATTEMPTS, attempt + 1)
+                span.set(tracing.TOOL_STATUS, "error")
+                span.failed(run.aborted, exc.exception)
                 return None
             except asyncio.CancelledError as exc:
                 # Libraries leak CancelledError from their inner timeouts; only a cancellation
@@ -373,14 +385,14 @@ async def _concurrent(
             if once:
                 settle(tool_use_id, starts=True)
                 await gate.wait()
-                if run.cancel.immediate:
+                if run.cancel.immediate or run.aborted is not None:
                     run.started.pop(tool_use_id, None)
                     return
             queue.put_nowait(ToolStarted(tool_use_id, name))
             block = await _call(run, use, tool)
             if block is None:
                 run.started.pop(tool_use_id, None)
-                queue.put_nowait(ToolFinished(tool_use_id, name, "interrupted"))
+                queue.put_nowait(ToolFinished(tool_use_id, name, _unfinished(run)))
                 return
             run.results[run.key(use)] = block
             queue.put_nowait(ToolFinished(tool_use_id, name, result_status(block)))
@@ -401,7 +413,7 @@ async def _concurrent(
             if event is None:
                 remaining -= 1
             elif event is _GATE:
-                if ready and not run.cancel.immediate:
+                if ready and not run.cancel.immediate and run.aborted is None:
                     for tool_use_id in ready:
                         _record_start(run, tool_use_id)
                     yield LedgerChanged(durable=True)
@@ -414,6 +426,12 @@ async def _concurrent(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _unfinished(run: BatchRun) -> Literal["error", "interrupted"]:
+    """The finished status of a tool call without a result: it aborted the batch, or raised an
+    interrupt."""
+    return "error" if run.aborted is not None else "interrupted"
 
 
 def _check_names(run: BatchRun, uses: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -486,13 +504,16 @@ async def run_batch(run: BatchRun) -> AsyncIterator[Event | LedgerChanged]:
             block = await _call(run, use, tool)
             if block is None:
                 run.started.pop(tool_use_id, None)
-                yield ToolFinished(tool_use_id, name, "interrupted")
+                yield ToolFinished(tool_use_id, name, _unfinished(run))
                 break
             run.results[run.key(use)] = block
             yield ToolFinished(tool_use_id, name, result_status(block))
             if once:
                 run.started.pop(tool_use_id, None)
                 yield LedgerChanged(durable=False)
+    if run.aborted is not None:
+        # As in the reference, whose invocation raised: the batch never completed.
+        return
     run.stopped = run.cancel.is_set
     if run.stopped:
         # Cancel beats interrupt and checkpoint: every toolUse gets its result now, so the

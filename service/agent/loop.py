@@ -10,7 +10,8 @@ assistant's tool calls runs them without a model call; boundaries passed without
 reported as :class:`Boundary` events. The model is sent the agent's view of the history
 (:mod:`service.agent.context`), never the history edited; a context overflow shrinks that view
 and repeats the same call, until the call fits or nothing more can be cut (then the invocation
-ends ``context_overflow``, its pause kept).
+ends ``context_overflow``, its pause kept). A tool raising ``KeyboardInterrupt`` or
+``SystemExit`` ends the invocation ``tool_aborted`` (:mod:`service.agent.aborts`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from service.agent import tracing
 from service.agent.batch import BatchRun, LedgerChanged
 from service.agent.cancel import CancelSignal
 from service.agent.definition import AgentDefinition
-from service.agent.errors import ContextOverflowError, ModelError
+from service.agent.errors import ContextOverflowError, ModelError, ToolAbortedError
 from service.agent.events import (
     CheckpointReached,
     Event,
@@ -246,6 +247,11 @@ async def run_invocation(
                 yield run.ledger(event.durable)
             else:
                 yield event
+        if batch.aborted is not None:
+            # As the reference leaves it when its invocation raises: the tool calls unanswered.
+            error = ErrorInfo(ToolAbortedError.code, batch.aborted)
+            yield await run.finish("error", None, error=error)
+            return
         if batch.stopped:
             # Cancel beats interrupt and checkpoint; the batch gave every toolUse a result.
             await run.add(results_message(uses, pending.results, CANCELLED_TEXT))

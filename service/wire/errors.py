@@ -22,6 +22,7 @@ ErrorCode = Literal[
     "model_error",
     "context_overflow",
     "limit_exceeded",
+    "tool_aborted",
     "version_unavailable",
     "session_exists",
     "internal",

@@ -112,6 +112,9 @@ ERROR_MESSAGES: dict[ErrorCode, str] = {
     "reduced further (strategy sliding_window, 3 messages sent): anthropic: HTTP 400 "
     "invalid_request_error: prompt is too long: 212731 tokens > 200000 maximum",
     "limit_exceeded": "turn deadline of 120.0s passed",
+    "tool_aborted": "tool 'lookup_order' (toolUseId 'tooluse_lookup_01') raised SystemExit "
+    "(Error: SystemExit - 2), which ends the invocation; its tool calls stay unanswered until "
+    "the next prompt answers them 'Tool was interrupted.'",
     "version_unavailable": "version 3 of session 'support-4711' is not kept (never reached, "
     "compacted away or deleted)",
     "session_exists": "session 'support-4711-b' already exists",
