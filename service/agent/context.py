@@ -6,7 +6,8 @@ resume anywhere sends the same view). A view always starts with a user message, 
 toolResult without its toolUse nor a toolUse without its results, never has two consecutive
 messages of one role, and under ``sliding_window`` or ``summarize`` holds at most
 ``max_messages`` messages whenever the history allows it. A state only moves forward: the
-first message in view never moves back.
+first message in view never moves back. How the window differs from the reference's
+``SlidingWindowConversationManager``: docs/from-strands.md.
 """
 
 from __future__ import annotations

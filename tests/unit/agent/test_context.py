@@ -414,3 +414,21 @@ def test_a_view_starting_past_the_history_sends_the_whole_history() -> None:
     assert build_view(HISTORY, beyond) == HISTORY
     assert ctx.view_size(HISTORY, beyond.start, False) == len(HISTORY)
     assert ctx.smaller_start(HISTORY, beyond) is None
+
+
+def test_a_window_opens_on_a_request_so_it_may_send_one_message_less() -> None:
+    """As docs/from-strands.md says: a window of N sends N - 1 messages when the cut falls on an
+    assistant message; inside tool cycles the request is sent again where the reference's
+    window opens on the assistant's toolUse."""
+    chat: list[Message] = [
+        {"role": role, "content": [{"text": str(n)}]}
+        for n, role in enumerate(["user", "assistant"] * 2 + ["user"])
+    ]
+    start = ctx.window_start(chat, ContextState(), 4, False)
+    assert start == 2 and len(build_view(chat, ContextState(start))) == 3
+    start = ctx.window_start(HISTORY, ContextState(), 4, False)
+    assert start == 5
+    assert build_view(HISTORY, ContextState(start)) == [
+        {"role": "user", "content": HISTORY[2]["content"]},
+        *HISTORY[5:],
+    ]
