@@ -1,7 +1,8 @@
 """Anthropic Messages model provider on the official ``anthropic`` SDK.
 
-Guarantee: one streamed Messages call per attempt, retried only by :mod:`.retry` (the SDK's own
-retries are off); an immediate cancel closes the HTTP stream so no more tokens are produced.
+Guarantee: one streamed Messages call per attempt, and one more for each time the turn is paused
+(:mod:`.anthropic_pause`), retried only by :mod:`.retry` (the SDK's own retries are off); an
+immediate cancel closes the HTTP stream so no more tokens are produced.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from service.providers.anthropic_mapping import (
     to_anthropic_messages,
     to_anthropic_tools,
 )
+from service.providers.anthropic_pause import resumed_turn
 from service.providers.config import AnthropicConfig
 from service.providers.extras import import_sdk
 from service.providers.retry import (
@@ -93,6 +95,9 @@ class AnthropicProvider(SdkStreamingProvider):
 
     def _new_builder(self) -> AnthropicReplyBuilder:
         return AnthropicReplyBuilder()
+
+    def _follow_up(self, params: dict[str, Any], builder: Any) -> dict[str, Any] | None:
+        return resumed_turn(params, builder)
 
     def _classify(self, exc: Exception) -> Failure | None:
         anthropic = self._anthropic

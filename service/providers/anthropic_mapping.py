@@ -32,8 +32,8 @@ STOP_REASONS: dict[str, StopReason] = {
     "max_tokens": "max_tokens",
     "stop_sequence": "stop_sequence",
     "refusal": "content_filtered",
-    "pause_turn": "end_turn",
 }
+"""``pause_turn`` is not one: the provider resumes a paused turn (:mod:`.anthropic_pause`)."""
 
 PROMPT_TOO_LONG = "prompt is too long"
 """How the 400 ``invalid_request_error`` of a request beyond the context window begins."""
@@ -162,13 +162,16 @@ def _thinking_block(reasoning: dict[str, Any]) -> dict[str, Any] | None:
 
 
 @dataclass(slots=True)
-class _Block:
+class StreamedBlock:
     kind: str
+    start: dict[str, Any]
+    """The block as ``content_block_start`` gave it (sent back as it is to resume a turn)."""
     parts: list[str] = field(default_factory=list)
     signature: str = ""
     tool_id: str = ""
     tool_name: str = ""
     data: str = ""
+    citations: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -180,9 +183,15 @@ class AnthropicReplyBuilder(BlockReplyBuilder):
     stop_reasons = STOP_REASONS
     tool_kind = "tool_use"
 
-    blocks: dict[int, _Block] = field(default_factory=dict)
+    blocks: dict[int, StreamedBlock] = field(default_factory=dict)
     stop_reason: str | None = None
     usage: Usage = field(default_factory=Usage)
+    """Of every call of the reply so far (a paused turn is resumed by further calls)."""
+    offset: int = 0
+    """Where the blocks of the current call start: each call numbers its blocks from 0."""
+    continuations: int = 0
+    _earlier: Usage = field(default_factory=Usage)
+    _current: Usage = field(default_factory=Usage)
 
     def add(self, event: Any) -> str | None:
         """Take one stream event; return the text it adds, if any."""
@@ -190,9 +199,9 @@ class AnthropicReplyBuilder(BlockReplyBuilder):
         if kind == "message_start":
             self._take_usage(event.message.usage)
         elif kind == "content_block_start":
-            self._start(event.index, event.content_block)
+            self._start(event.index + self.offset, event.content_block)
         elif kind == "content_block_delta":
-            return self._delta(event.index, event.delta)
+            return self._delta(event.index + self.offset, event.delta)
         elif kind == "message_delta":
             if event.delta.stop_reason is not None:
                 self.stop_reason = event.delta.stop_reason
@@ -200,20 +209,35 @@ class AnthropicReplyBuilder(BlockReplyBuilder):
                 self._take_usage(event.usage)
         return None
 
+    def next_call(self) -> list[StreamedBlock]:
+        """Start taking the events of the call that resumes a paused turn; returns the blocks
+        of the paused call."""
+        paused = [block for index, block in sorted(self.blocks.items()) if index >= self.offset]
+        self.offset = max(self.blocks, default=self.offset - 1) + 1
+        self.continuations += 1
+        self.stop_reason = None
+        self._earlier.add(self._current)
+        self._current = Usage()
+        return paused
+
     def _take_usage(self, usage: Any) -> None:
         inputs = [
             getattr(usage, name, None)
             for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
         ]
         if any(value is not None for value in inputs):
-            self.usage.input_tokens = sum(value or 0 for value in inputs)
+            self._current.input_tokens = sum(value or 0 for value in inputs)
         output = getattr(usage, "output_tokens", None)
         if output is not None:
-            self.usage.output_tokens = output
+            self._current.output_tokens = output
+        self.usage = Usage(
+            self._earlier.input_tokens + self._current.input_tokens,
+            self._earlier.output_tokens + self._current.output_tokens,
+        )
 
     def _start(self, index: int, block: Any) -> None:
         kind = block.type
-        entry = _Block(kind=kind)
+        entry = StreamedBlock(kind=kind, start=_as_dict(block))
         if kind == "text":
             entry.parts.append(block.text or "")
         elif kind == "tool_use":
@@ -239,9 +263,11 @@ class AnthropicReplyBuilder(BlockReplyBuilder):
             entry.parts.append(delta.thinking)
         elif kind == "signature_delta":
             entry.signature += delta.signature
+        elif kind == "citations_delta":
+            entry.citations.append(_as_dict(delta.citation))
         return None
 
-    def _convert(self, block: _Block, *, tools: ToolCalls) -> dict[str, Any] | None:
+    def _convert(self, block: StreamedBlock, *, tools: ToolCalls) -> dict[str, Any] | None:
         text = "".join(block.parts)
         if block.kind == "text":
             return {"text": text} if text else None
@@ -272,3 +298,11 @@ class AnthropicReplyBuilder(BlockReplyBuilder):
             return {"reasoningContent": {"redactedContent": block.data}}
         logger.warning("block_type=<%s> | dropping unsupported content block", block.kind)
         return None
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    """An SDK model as the JSON object the API sent (fields it left out stay out)."""
+    dump = getattr(value, "model_dump", None)
+    if dump is not None:
+        return dict(dump(mode="json", exclude_none=True))
+    return dict(value) if isinstance(value, dict) else dict(vars(value))

@@ -2,7 +2,8 @@
 
 Guarantee: an attempt's HTTP stream is closed on every exit (end, error, cancel, or the caller
 closing the generator early), so an immediate cancel stops token production; retries happen only
-in :mod:`.retry` (the SDKs' own retries are off).
+in :mod:`.retry` (the SDKs' own retries are off). A reply the provider streams in several calls
+(Anthropic's ``pause_turn``) is one attempt: a retry starts it over from its first call.
 """
 
 from __future__ import annotations
@@ -87,24 +88,30 @@ class SdkStreamingProvider(ModelProvider):
     def _classify(self, exc: Exception) -> Failure | None:
         """Whether a failure may be retried; None for an exception that is not the SDK's."""
 
+    def _follow_up(self, params: dict[str, Any], builder: Any) -> dict[str, Any] | None:
+        """The next call of the same reply when its stream ended part-way through it (only
+        Anthropic's ``pause_turn`` does); None when the reply is complete."""
+        return None
+
     async def _attempt(self, request: ModelRequest) -> AsyncGenerator[ModelChunk, None]:
-        sdk_stream = await unless_cancelled(
-            self._open_stream(self.request_params(request)), request.cancel
-        )
-        if sdk_stream is None:
-            yield cancelled_reply()
-            return
+        params: dict[str, Any] | None = self.request_params(request)
         builder = self._new_builder()
-        try:
-            async with aclosing(until_cancelled(sdk_stream, request.cancel)) as events:
-                async for event in events:
-                    text = builder.add(event)
-                    if text:
-                        yield TextDelta(text)
-        finally:
-            await sdk_stream.close()
-        if request.cancel.immediate:
-            logger.info("session_id=<%s> | model stream closed by cancel", request.session_id)
-            yield cancelled_reply(builder.partial_text(), builder.usage)
-            return
+        while params is not None:
+            sdk_stream = await unless_cancelled(self._open_stream(params), request.cancel)
+            if sdk_stream is None:
+                yield cancelled_reply(builder.partial_text(), builder.usage)
+                return
+            try:
+                async with aclosing(until_cancelled(sdk_stream, request.cancel)) as events:
+                    async for event in events:
+                        text = builder.add(event)
+                        if text:
+                            yield TextDelta(text)
+            finally:
+                await sdk_stream.close()
+            if request.cancel.immediate:
+                logger.info("session_id=<%s> | model stream closed by cancel", request.session_id)
+                yield cancelled_reply(builder.partial_text(), builder.usage)
+                return
+            params = self._follow_up(params, builder)
         yield builder.build()

@@ -134,15 +134,14 @@ async def test_tool_without_arguments_gets_empty_input(server: WireServer) -> No
     assert reply.message["content"][0]["toolUse"]["input"] == {}
 
 
-@pytest.mark.parametrize("api_reason", ["end_turn", "pause_turn"])
 async def test_tool_call_of_a_reply_ending_the_turn_is_kept_as_tool_use(
-    server: WireServer, api_reason: str
+    server: WireServer,
 ) -> None:
     events = [
         wire.message_start(),
         *wire.text_block(0, "Let me check."),
         *wire.tool_block(1, "toolu_E", "get_weather", wire.tool_args({"city": "Oslo"})),
-        *wire.finish(api_reason),
+        *wire.finish("end_turn"),
     ]
     server.script(wire.stream(events))
     _, reply = await collect(provider(server), make_request())
@@ -191,7 +190,6 @@ async def test_max_tokens_stop_keeps_cut_tool_call_without_its_arguments(
     [
         ("refusal", "content_filtered"),
         ("stop_sequence", "stop_sequence"),
-        ("pause_turn", "end_turn"),
     ],
 )
 async def test_stop_reasons_map(server: WireServer, api_reason: str, ours: str) -> None:
