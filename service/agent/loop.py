@@ -5,7 +5,8 @@ the given state is never mutated; the last event is always :class:`Stopped` with
 history is valid (roles alternate, every toolUse has exactly one toolResult once no batch is
 pending, but for the calls of a reply that stopped for another reason than using tools, which
 the next prompt answers ``Tool was interrupted.``); tools run only when the model stopped to use
-them (an ``end_turn`` with tool calls counts as that), and a prompt that ends with the
+them (an ``end_turn`` with tool calls counts as that, but not one standing for a stop reason
+of the provider's that Cairn does not know), and a prompt that ends with the
 assistant's tool calls runs them without a model call; boundaries passed without pausing are
 reported as :class:`Boundary` events. The model is sent the agent's view of the history
 (:mod:`service.agent.context`), never the history edited; a context overflow shrinks that view
@@ -193,8 +194,9 @@ async def run_invocation(
                 if hooks.has(AfterModelCallEvent):
                     await hooks.fire(AfterModelCallEvent(agent, ws.session_id, reply))
                 added, stop = reply.message, reply.stop_reason
-                if stop == "end_turn" and tool_uses(added):
-                    # Some models end their turn while asking for tools: the tools run.
+                if stop == "end_turn" and tool_uses(added) and reply.unknown_stop_reason is None:
+                    # Some models end their turn while asking for tools: the tools run (not
+                    # under a stop reason the provider gave that Cairn does not know).
                     stop = "tool_use"
                 elif stop == "max_tokens":
                     # Calls cut off mid-way are not run: each becomes a line saying so.

@@ -48,6 +48,9 @@ class ModelReply:
     message: Message
     stop_reason: StopReason
     usage: Usage = field(default_factory=Usage)
+    unknown_stop_reason: str | None = None
+    """The provider's own stop reason when Cairn does not know it: ``stop_reason`` is then
+    ``end_turn`` and the engine keeps the reply's tool calls without running them."""
 
 
 ModelChunk = TextDelta | ModelReply

@@ -101,7 +101,7 @@ def model_outcome(
         span.set(MODEL_OUTCOME, "cancelled")
     else:
         span.set(MODEL_OUTCOME, "reply")
-        span.set(FINISH_REASONS, (reply.stop_reason,))
+        span.set(FINISH_REASONS, (reply.unknown_stop_reason or reply.stop_reason,))
         span.set(INPUT_TOKENS, reply.usage.input_tokens)
         span.set(OUTPUT_TOKENS, reply.usage.output_tokens)
 

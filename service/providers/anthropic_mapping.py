@@ -272,13 +272,6 @@ class AnthropicReplyBuilder(BlockReplyBuilder):
         if block.kind == "text":
             return {"text": text} if text else None
         if block.kind == "tool_use":
-            if tools == "drop":
-                # a reply with a stop reason this provider does not know: nothing of it is run
-                logger.warning(
-                    "tool=<%s> | dropping tool call of a reply with an unknown stop reason",
-                    block.tool_name,
-                )
-                return None
             tool_input = (
                 parse_tool_input(text, block.tool_name) if tools == "run" else kept_tool_input(text)
             )

@@ -3,11 +3,11 @@ stream gave, one :class:`ModelReply`.
 
 Guarantee: a stream that ended without a stop reason is a :class:`TruncatedStreamError` (it is
 retried); the stop reason of a reply that ran into the end of the context window is a
-:class:`ContextOverflowError`; an unknown stop reason ends the turn, with a warning; a reply whose
-stop reason maps to ``end_turn`` but which holds tool uses is a ``tool_use`` reply, with a warning;
-a reply with another known stop reason keeps its tool uses (the engine does not run them; their
-arguments, perhaps cut off, are kept when they parse), one with an unknown stop reason drops them
-with a warning.
+:class:`ContextOverflowError`; a reply whose stop reason maps to ``end_turn`` but which holds tool
+uses is a ``tool_use`` reply, with a warning; a reply with another stop reason keeps its tool uses
+(the engine does not run them; their arguments, perhaps cut off, are kept when they parse); an
+unknown stop reason ends the turn (``end_turn``, the raw value in ``unknown_stop_reason``), with
+a warning that names it and counts the tool uses left unrun.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ logger = logging.getLogger(__name__)
 
 CONTEXT_WINDOW_EXCEEDED = "model_context_window_exceeded"
 
-ToolCalls = Literal["run", "keep", "drop"]
-"""What becomes of a reply's tool calls: run (their arguments must parse), kept unrun, dropped."""
+ToolCalls = Literal["run", "keep"]
+"""What becomes of a reply's tool calls: run (their arguments must parse), or kept unrun."""
 
 
 class BlockReplyBuilder:
@@ -56,14 +56,11 @@ class BlockReplyBuilder:
                 "end of the model's context window"
             )
         stop_reason = self.stop_reasons.get(self.stop_reason)
-        tools: ToolCalls = "keep"
+        unknown = None
         if stop_reason is None:
-            tools = "drop"
-            logger.warning("stop_reason=<%s> | unknown stop reason, ending turn", self.stop_reason)
-            stop_reason = "end_turn"
-        elif stop_reason == "end_turn" and any(
-            block.kind == self.tool_kind for block in self.blocks.values()
-        ):
+            unknown, stop_reason = self.stop_reason, "end_turn"
+            warn_unknown(self.provider, unknown, self._count(self.tool_kind))
+        elif stop_reason == "end_turn" and self._count(self.tool_kind):
             # Some models end a turn normally although the reply asks for tools; the calls are
             # complete (nothing cut the reply short), so they run instead of being dropped.
             logger.warning(
@@ -73,14 +70,30 @@ class BlockReplyBuilder:
             stop_reason = "tool_use"
         content: list[dict[str, Any]] = []
         for _, block in sorted(self.blocks.items()):
-            converted = self._convert(block, tools="run" if stop_reason == "tool_use" else tools)
+            converted = self._convert(block, tools="run" if stop_reason == "tool_use" else "keep")
             if converted is not None:
                 content.append(converted)
         return ModelReply(
             message={"role": "assistant", "content": content},
             stop_reason=stop_reason,
             usage=self.usage,
+            unknown_stop_reason=unknown,
         )
+
+    def _count(self, kind: str) -> int:
+        return sum(block.kind == kind for block in self.blocks.values())
 
     def _convert(self, block: Any, *, tools: ToolCalls) -> dict[str, Any] | None:
         raise NotImplementedError
+
+
+def warn_unknown(provider: str, raw: str, tool_calls: int) -> None:
+    """Log a stop reason Cairn does not know with its raw value (the model span's finish reason
+    has it too): the wire's stop reasons are a closed set, so the result says ``end_turn``."""
+    logger.warning(
+        "provider=<%s>, stop_reason=<%s>, unrun_tool_calls=<%d> | unknown stop reason, "
+        "ending the turn as end_turn; its tool calls are kept in the reply and not run",
+        provider,
+        raw,
+        tool_calls,
+    )

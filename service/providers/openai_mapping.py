@@ -15,6 +15,7 @@ from typing import Any
 from service.agent.errors import ModelError
 from service.agent.provider import ModelReply, ToolSpec
 from service.agent.types import Message, StopReason, Usage
+from service.providers.block_reply import warn_unknown
 from service.providers.content import (
     image_media_type,
     json_text,
@@ -187,18 +188,16 @@ class ChatReplyBuilder:
         if self.finish_reason is None:
             raise TruncatedStreamError("stream ended before the model finished its reply")
         stop_reason = FINISH_REASONS.get(self.finish_reason)
-        known = stop_reason is not None
+        unknown = None
         if stop_reason is None:
-            logger.warning(
-                "finish_reason=<%s> | unknown finish reason, ending turn", self.finish_reason
-            )
-            stop_reason = "end_turn"
+            unknown, stop_reason = self.finish_reason, "end_turn"
+            warn_unknown("openai_compat", unknown, len(self.calls))
         content: list[dict[str, Any]] = []
         text = self.partial_text()
         if text:
             content.append({"text": text})
-        if self.calls and known:
-            if stop_reason == "end_turn":
+        if self.calls:
+            if stop_reason == "end_turn" and unknown is None:
                 # some compatible servers report "stop" although the reply holds tool calls
                 stop_reason = "tool_use"
             run = stop_reason == "tool_use"
@@ -212,17 +211,11 @@ class ChatReplyBuilder:
                 content.append(
                     {"toolUse": {"toolUseId": call.id, "name": call.name, "input": tool_input}}
                 )
-        elif self.calls:
-            logger.warning(
-                "finish_reason=<%s>, calls=<%d> | dropping tool calls of a reply with an "
-                "unknown finish reason",
-                self.finish_reason,
-                len(self.calls),
-            )
         return ModelReply(
             message={"role": "assistant", "content": content},
             stop_reason=stop_reason,
             usage=self.usage,
+            unknown_stop_reason=unknown,
         )
 
 

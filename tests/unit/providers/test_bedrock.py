@@ -199,12 +199,16 @@ async def test_tool_call_of_an_end_turn_reply_is_kept_as_tool_use(server: WireSe
     ]
 
 
-async def test_tool_call_under_an_unknown_stop_reason_is_dropped(server: WireServer) -> None:
+async def test_tool_call_under_an_unknown_stop_reason_is_kept(server: WireServer) -> None:
     events = wire.tool_events("tooluse_u", "get_weather", {"city": "Oslo"}, stop_reason="novel")
     server.script(wire.stream(events))
     _, reply = await run(provider(server))
-    assert reply.stop_reason == "end_turn"
-    assert reply.message["content"] == [{"text": "Let me check."}]
+    assert (reply.stop_reason, reply.unknown_stop_reason) == ("end_turn", "novel")
+    # Kept, never run: the engine does not run the calls of a reply it cannot read.
+    assert reply.message["content"] == [
+        {"text": "Let me check."},
+        {"toolUse": {"toolUseId": "tooluse_u", "name": "get_weather", "input": {"city": "Oslo"}}},
+    ]
 
 
 async def test_cut_tool_call_of_an_unfinished_reply_is_kept_without_its_arguments(
