@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from service.agent.errors import ModelError
+from service.agent.messages import for_model
 from service.agent.provider import ModelProvider, ModelReply, ModelRequest
 from service.agent.types import ContentBlock, Message, Usage
 
@@ -252,7 +253,7 @@ async def write_summary(
     call early with the same error (the caller observes the cancel itself).
     """
     request = ModelRequest(
-        messages=request_messages,
+        messages=for_model(request_messages),
         system_prompt=system_prompt if system_prompt is not None else SUMMARY_PROMPT,
         tool_specs=base.tool_specs,
         cancel=base.cancel,

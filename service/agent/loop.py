@@ -9,7 +9,8 @@ them (an ``end_turn`` with tool calls counts as that, but not one standing for a
 of the provider's that Cairn does not know), and a prompt that ends with the
 assistant's tool calls runs them without a model call; boundaries passed without pausing are
 reported as :class:`Boundary` events. The model is sent the agent's view of the history
-(:mod:`service.agent.context`), never the history edited; a context overflow shrinks that view
+(:mod:`service.agent.context`), never the history edited (but for tool names no tool can have,
+sent as the reference's placeholder); a context overflow shrinks that view
 and repeats the same call, until the call fits or nothing more can be cut (then the invocation
 ends ``context_overflow``, its pause kept). A tool raising ``KeyboardInterrupt`` or
 ``SystemExit`` ends the invocation ``tool_aborted`` (:mod:`service.agent.aborts`).
@@ -41,7 +42,13 @@ from service.agent.hooks import (
 )
 from service.agent.interrupts import InterruptBook
 from service.agent.invocation import Invocation, plan
-from service.agent.messages import asked_tools, results_message, tool_uses, without_tool_uses
+from service.agent.messages import (
+    asked_tools,
+    for_model,
+    results_message,
+    tool_uses,
+    without_tool_uses,
+)
 from service.agent.pause_cancel import resolve_cancel
 from service.agent.provider import ModelReply, ModelRequest, TextDelta
 from service.agent.results import CANCELLED_TEXT
@@ -125,7 +132,7 @@ async def run_invocation(
                 cancelled = False
                 failure: ModelError | None = None
                 try:
-                    request.messages = await run.context_view(request)
+                    request.messages = for_model(await run.context_view(request))
                 except ModelError as exc:
                     # A summarizer cut short by a cancel is the cancel, not a failure.
                     cancelled = cancel_signal.immediate

@@ -1,7 +1,8 @@
 """History edits that keep the conversation valid: roles alternate, every toolUse gets a result.
 
 Messages already in history are never mutated in place (snapshots share them); a message that
-must grow is replaced by a new dict.
+must grow is replaced by a new dict. What a model call is sent differs from the history in one
+way only: a tool name no tool can have is replaced by :data:`INVALID_TOOL_NAME`.
 """
 
 from __future__ import annotations
@@ -10,6 +11,39 @@ from typing import Any
 
 from service.agent.results import CANCELLED_TEXT, error_result, tool_name_error
 from service.agent.types import ContentBlock, Message
+
+INVALID_TOOL_NAME = "INVALID_TOOL_NAME"
+"""The reference's placeholder (strands ``event_loop.streaming._normalize_messages``) for a tool
+name that fails the name check, in the assistant's messages of every model call: an API may
+refuse a history holding such a name (Bedrock does), and its error result still names it."""
+
+
+def for_model(messages: list[Message]) -> list[Message]:
+    """``messages`` as a model call sends them: a toolUse of the assistant's whose name no tool
+    can have carries :data:`INVALID_TOOL_NAME` instead. The history keeps the model's name; the
+    list and the messages are copied only where a name is replaced."""
+    out = messages
+    for index, message in enumerate(messages):
+        if message.get("role") != "assistant":
+            continue
+        content = message.get("content", ())
+        if not any(_misnamed(block) for block in content):
+            continue
+        if out is messages:
+            out = list(messages)
+        renamed = [
+            {"toolUse": {**block["toolUse"], "name": INVALID_TOOL_NAME}}
+            if _misnamed(block)
+            else block
+            for block in content
+        ]
+        out[index] = {**message, "content": renamed}
+    return out
+
+
+def _misnamed(block: ContentBlock) -> bool:
+    use = block.get("toolUse")
+    return isinstance(use, dict) and tool_name_error(use) is not None
 
 
 def tool_uses(message: Message) -> list[dict[str, Any]]:
