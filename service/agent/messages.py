@@ -41,6 +41,11 @@ def for_model(messages: list[Message]) -> list[Message]:
     return out
 
 
+def model_tool_name(use: dict[str, Any]) -> str:
+    """The name a model is sent for a toolUse: its own, or :data:`INVALID_TOOL_NAME`."""
+    return INVALID_TOOL_NAME if tool_name_error(use) is not None else str(use["name"])
+
+
 def _misnamed(block: ContentBlock) -> bool:
     use = block.get("toolUse")
     return isinstance(use, dict) and tool_name_error(use) is not None

@@ -21,6 +21,7 @@ from service.providers.content import (
     kept_tool_input,
     parse_tool_input,
     result_text,
+    sent_tool_use,
     source_base64,
 )
 
@@ -131,15 +132,8 @@ def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
             if block["text"]:
                 out.append({"type": "text", "text": block["text"]})
         elif "toolUse" in block:
-            use = block["toolUse"]
-            out.append(
-                {
-                    "type": "tool_use",
-                    "id": use["toolUseId"],
-                    "name": use["name"],
-                    "input": use["input"],
-                }
-            )
+            tool_use_id, name, tool_input = sent_tool_use(block["toolUse"])
+            out.append({"type": "tool_use", "id": tool_use_id, "name": name, "input": tool_input})
         elif "reasoningContent" in block:
             thinking = _thinking_block(block["reasoningContent"])
             if thinking is not None:

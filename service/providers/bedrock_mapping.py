@@ -1,8 +1,9 @@
 """Mapping between Cairn's messages and Bedrock ConverseStream, both directions.
 
 Guarantee: Cairn's messages already are Converse messages, so blocks go out as they are except
-that empty text is dropped and binary payloads become bytes; streamed events are folded into one
-assistant message in block order, tool input joined and parsed once its block is complete.
+that empty text is dropped, binary payloads become bytes and a toolUse gets a valid name and an
+object input (:func:`.content.sent_tool_use`); streamed events are folded into one assistant
+message in block order, tool input joined and parsed once its block is complete.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from service.agent.errors import ModelError
 from service.agent.provider import ToolSpec
 from service.agent.types import Message, StopReason, Usage
 from service.providers.block_reply import BlockReplyBuilder, ToolCalls
-from service.providers.content import kept_tool_input, parse_tool_input
+from service.providers.content import kept_tool_input, parse_tool_input, sent_tool_use
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ parts; the wording depends on the model family)."""
 
 CACHE_POINT: dict[str, Any] = {"cachePoint": {"type": "default"}}
 
-_PASSED_BLOCKS = frozenset({"toolUse", "cachePoint", "guardContent", "citationsContent"})
+_PASSED_BLOCKS = frozenset({"cachePoint", "guardContent", "citationsContent"})
 _BINARY_BLOCKS = ("image", "document", "video")
 
 
@@ -81,6 +82,9 @@ def _block(block: dict[str, Any]) -> dict[str, Any] | None:
         return {"text": block["text"]} if block["text"] else None
     if "toolResult" in block:
         return {"toolResult": _tool_result(block["toolResult"])}
+    if "toolUse" in block:
+        tool_use_id, name, tool_input = sent_tool_use(block["toolUse"])
+        return {"toolUse": {"toolUseId": tool_use_id, "name": name, "input": tool_input}}
     if "reasoningContent" in block:
         return {"reasoningContent": _reasoning(block["reasoningContent"])}
     for kind in _BINARY_BLOCKS:

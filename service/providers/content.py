@@ -1,7 +1,8 @@
 """Conversions of Converse content pieces shared by the provider message mappings.
 
 Guarantee: pure functions; binary payloads come out base64-encoded whether the history holds
-raw bytes or an already-encoded string (the session codec stores JSON, so both occur).
+raw bytes or an already-encoded string (the session codec stores JSON, so both occur); a toolUse
+goes out with a valid name and an object input whatever the history holds (:func:`sent_tool_use`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 import orjson
 
 from service.agent.errors import ModelError
+from service.agent.messages import model_tool_name
 
 IMAGE_MEDIA_TYPES = {
     "png": "image/png",
@@ -52,6 +54,22 @@ def result_text(item: dict[str, Any]) -> str | None:
     if "json" in item:
         return json_text(item["json"])
     return None
+
+
+def sent_tool_use(use: Any) -> tuple[str, str, dict[str, Any]]:
+    """``(toolUseId, name, input)`` of a history's toolUse as a provider sends it.
+
+    A toolUse may come from a custom provider or a prompt of messages: a name no tool can have,
+    or none, is sent as the reference's placeholder (the engine already sends it so); an input
+    that is not an object, or none, is sent as ``{}`` (as the reference's Bedrock formatter
+    does; the call was refused with an error result). Only a toolUse without an id is refused:
+    its result could not name it.
+    """
+    tool_use_id = use.get("toolUseId") if isinstance(use, dict) else None
+    if not isinstance(tool_use_id, str) or not tool_use_id:
+        raise ModelError("a toolUse block without a toolUseId cannot be sent to the model")
+    tool_input = use.get("input")
+    return tool_use_id, model_tool_name(use), tool_input if isinstance(tool_input, dict) else {}
 
 
 def kept_tool_input(raw: str) -> dict[str, Any]:

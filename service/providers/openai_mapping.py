@@ -22,6 +22,7 @@ from service.providers.content import (
     kept_tool_input,
     parse_tool_input,
     result_text,
+    sent_tool_use,
     source_base64,
 )
 from service.providers.retry import TruncatedStreamError
@@ -119,12 +120,12 @@ def _assistant_message(message: Message) -> dict[str, Any]:
         if "text" in block:
             texts.append(block["text"])
         elif "toolUse" in block:
-            use = block["toolUse"]
+            tool_use_id, name, tool_input = sent_tool_use(block["toolUse"])
             calls.append(
                 {
-                    "id": use["toolUseId"],
+                    "id": tool_use_id,
                     "type": "function",
-                    "function": {"name": use["name"], "arguments": json_text(use["input"])},
+                    "function": {"name": name, "arguments": json_text(tool_input)},
                 }
             )
     out: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
