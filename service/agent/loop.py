@@ -47,6 +47,7 @@ from service.agent.messages import (
     for_model,
     results_message,
     tool_uses,
+    unidentified_tool_use,
     without_tool_uses,
 )
 from service.agent.pause_cancel import resolve_cancel
@@ -169,6 +170,13 @@ async def run_invocation(
                                 await aclose()
                         if failure is None and reply is None and not cancelled:
                             failure = ModelError("model stream ended without a reply")
+                        elif (
+                            failure is None
+                            and reply is not None
+                            and (problem := unidentified_tool_use(reply.message)) is not None
+                        ):
+                            # Its results could not be matched to its calls.
+                            failure, reply = ModelError(problem), None
                         tracing.model_outcome(model_span, reply, failure, cancelled=cancelled)
                 if failure is not None:
                     metrics.model_ms += (time.perf_counter() - started) * 1000.0

@@ -55,6 +55,15 @@ def tool_uses(message: Message) -> list[dict[str, Any]]:
     return [block["toolUse"] for block in message.get("content", ()) if "toolUse" in block]
 
 
+def unidentified_tool_use(message: Message) -> str | None:
+    """Why a model's reply cannot be taken (a toolUse without a string ``toolUseId``: its
+    result could not be matched to it), else None."""
+    for use in tool_uses(message):
+        if not isinstance(use, dict) or not isinstance(use.get("toolUseId"), str):
+            return "the model's reply holds a toolUse without a toolUseId"
+    return None
+
+
 def asked_tools(messages: list[Message]) -> Message | None:
     """The last message when it is the assistant's with tool calls that have no results yet (a
     prompt of messages can end so): they are run as if the model had just asked for them."""

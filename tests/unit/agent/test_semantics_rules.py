@@ -220,6 +220,33 @@ async def test_a_cancelled_provider_reply_is_a_cancelled_stream() -> None:
     assert all("parti" not in str(m) for m in out.state.messages)
 
 
+class UnidentifiedCallModel(ModelProvider):
+    """A custom provider whose reply asks for a tool without giving the call an id."""
+
+    def __init__(self, tool_use: dict[str, Any]) -> None:
+        self.tool_use = tool_use
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        yield ModelReply({"role": "assistant", "content": [{"toolUse": self.tool_use}]}, "tool_use")
+
+
+@pytest.mark.parametrize(
+    "tool_use",
+    [{"name": "record", "input": {"label": "a"}}, {"toolUseId": 7, "name": "record", "input": {}}],
+    ids=["missing", "not-a-string"],
+)
+async def test_a_reply_with_a_tool_call_without_an_id_is_a_model_error(
+    tool_use: dict[str, Any],
+) -> None:
+    agent = AgentDefinition(name="t", model=UnidentifiedCallModel(tool_use), tools=ALL)
+    out = await invoke(agent, new_state(), "go")
+    assert out.stop == "error"
+    assert out.result.error is not None
+    assert out.result.error.code == "model_error"
+    assert "toolUse without a toolUseId" in out.result.error.message
+    assert out.state.messages == [{"role": "user", "content": [{"text": "go"}]}]
+
+
 async def test_resolve_cancel_leaves_the_history_a_running_cancel_would() -> None:
     agent = make_agent([call("record", "r1", label="a"), "never"], tools=ALL)
     paused = await invoke(agent, new_state(), "go")
