@@ -137,10 +137,20 @@ def _load(value: bytes, max_bytes: int | None) -> dict[str, Any]:
     try:
         raw = orjson.loads(value)
     except orjson.JSONDecodeError as exc:
+        if exc.msg == _PARSER_DEPTH_LIMIT:
+            # Valid JSON, too deep for the parser (1,024 levels): not even its ids can be read.
+            raise WireError(
+                f"record value nests objects and arrays deeper than {MAX_DEPTH} levels, too "
+                f"deep to read: {exc}"
+            ) from None
         raise WireError(f"record value is not UTF-8 JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise WireError(f"record value must be a JSON object, got {type(raw).__name__}")
     return raw
+
+
+_PARSER_DEPTH_LIMIT = "depth limit exceeded"
+"""orjson's message for a value nested past the levels it parses."""
 
 
 def _too_deep(value: Any, limit: int) -> bool:

@@ -100,13 +100,14 @@ APPROVAL_REASON = {"order_id": "8812", "amount": 4.99, "currency": "EUR"}
 ERROR_MESSAGES: dict[ErrorCode, str] = {
     "invalid_command": "prompt: must be text, a list of content blocks, a list of messages, "
     "or a resume payload",
-    "unknown_agent": "agent 'billing' is not hosted by this deployment",
-    "checkpoint_incompatible": "checkpoint schema_version '2.0' is not '1.0'",
-    "checkpoint_stale": "checkpoint after_model/0 is not the pause this session issued last",
-    "checkpointing_disabled": "checkpointing is off for agent 'support'",
+    "unknown_agent": "agent 'billing' is not hosted here",
+    "checkpoint_incompatible": "resume.checkpointResume.checkpoint.schema_version: Input should "
+    "be '1.0'",
+    "checkpoint_stale": "checkpoint is not the pause this session issued last",
+    "checkpointing_disabled": "checkpointing is off for this agent and invocation",
     "interrupt_pending": "an interrupt is pending: only interrupt answers are accepted",
-    "no_pending_interrupt": "interrupt answers arrived but nothing is pending",
-    "unknown_interrupt": "interrupt 'v1:tool_call:x:y' is not pending",
+    "no_pending_interrupt": "no interrupt is pending in this session",
+    "unknown_interrupt": "unknown interrupt ids: ['v1:tool_call:x:y']",
     "model_error": "model provider failed: 503 Service Unavailable",
     "context_overflow": "the model's context window is exceeded and the context cannot be "
     "reduced further (strategy sliding_window, 3 messages sent): anthropic: HTTP 400 "
@@ -120,6 +121,10 @@ ERROR_MESSAGES: dict[ErrorCode, str] = {
     "session_exists": "session 'support-4711-b' already exists",
     "internal": "internal error; the command was not applied",
 }
+
+
+ENGINE_ERRORS = frozenset({"model_error", "context_overflow", "limit_exceeded", "tool_aborted"})
+"""Codes of errors that end a turn the engine ran (their results carry its step's version)."""
 
 
 def _usage(cycles: int) -> dict[str, int]:
@@ -330,16 +335,13 @@ def _results() -> dict[str, tuple[str, Any]]:
         for name, (cid, result) in results.items()
     }
     for code, text in ERROR_MESSAGES.items():
-        out[f"agent_result/error-{code.replace('_', '-')}"] = (
-            "agent_result",
-            error_record(
-                session_id=SESSION,
-                command_id="cmd-0666",
-                code=code,
-                message=text,
-                metadata=METADATA,
-            ),
+        error = error_record(
+            session_id=SESSION, command_id="cmd-0666", code=code, message=text, metadata=METADATA
         )
+        if code in ENGINE_ERRORS:
+            # It ends a turn the engine ran: a step, with its version (refusals have none).
+            error = error.model_copy(update={"version": 7})
+        out[f"agent_result/error-{code.replace('_', '-')}"] = ("agent_result", error)
     # The engine's own error results go through result_record like any other result.
     failed = AgentResult(
         stop_reason="error",
@@ -349,7 +351,7 @@ def _results() -> dict[str, tuple[str, Any]]:
     )
     out["agent_result/error-from-engine"] = (
         "agent_result",
-        result_record(failed, session_id=SESSION, command_id="cmd-0667"),
+        result_record(failed, session_id=SESSION, command_id="cmd-0667", version=7),
     )
     # A cancel's own result says what it covered.
     cancel_answer = result_record(
@@ -502,6 +504,7 @@ def _events() -> dict[str, tuple[str, Any]]:
                 tool_use_id=REFUND_ID,
                 name="issue_refund",
                 status="interrupted",
+                version=6,
                 session_id=SESSION,
                 command_id="cmd-0004",
             ),
@@ -523,6 +526,7 @@ def _events() -> dict[str, tuple[str, Any]]:
                     "session_id": SESSION,
                     "command_id": "cmd-0004",
                     "seq": 9,
+                    "version": 6,
                     "interrupts": [
                         Interrupt(
                             id=APPROVAL, name="approve_refund", reason=APPROVAL_REASON

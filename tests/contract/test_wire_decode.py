@@ -525,6 +525,14 @@ def _chain(levels: int) -> dict[str, Any]:
     return node
 
 
+def test_a_value_too_deep_for_the_parser_is_refused_as_too_deep_not_as_invalid_json() -> None:
+    value = b'{"type": "invoke", "metadata": ' + b"[" * 2_000 + b"]" * 2_000 + b"}"
+    error = refused(value)
+    assert error.reason.startswith(f"record value nests objects and arrays deeper than {MAX_DEPTH}")
+    assert "not UTF-8 JSON" not in error.reason
+    assert not error.answerable  # its ids cannot be read: dead-lettered
+
+
 def test_commands_nested_too_deep_to_answer_are_refused_with_their_ids() -> None:
     # The command object itself is the first level.
     error = refused(json.dumps({**INVOKE, "metadata": _chain(MAX_DEPTH)}).encode())
