@@ -152,7 +152,13 @@ def build_agent(spec: AgentSpec, env: Mapping[str, str], where: str) -> AgentDef
             hooks.append(resolve_hook(path))
         except AgentConfigError as exc:
             problems.extend(f"{where}: {problem}" for problem in exc.problems)
-    if problems or model is None:
+    context: ContextPolicy | None = None
+    try:
+        # Checked beside the others, so one run reports every problem of the agent.
+        context = _context_policy(spec)
+    except ValueError as exc:
+        problems.append(f"{where}: {exc}")
+    if problems or model is None or context is None:
         raise AgentConfigError(*problems)
     try:
         return AgentDefinition(
@@ -164,7 +170,7 @@ def build_agent(spec: AgentSpec, env: Mapping[str, str], where: str) -> AgentDef
             hooks=hooks,
             checkpointing=spec.checkpointing,
             limits=Limits(**spec.limits.model_dump()),
-            context=_context_policy(spec),
+            context=context,
         )
     except ValueError as exc:
         raise AgentConfigError(f"{where}: {exc}") from None

@@ -235,14 +235,18 @@ def test_describe_agents_lists_what_is_hosted(tmp_path: Path) -> None:
 
 
 def test_every_problem_of_every_agent_is_found_before_failing(tmp_path: Path) -> None:
-    text = VALID_TOML.replace('"sample_tools:refund"', '"sample_tools:missing"')
+    text = VALID_TOML.replace('"sample_tools:refund"', '"sample_tools:missing"').replace(
+        'model = "claude-sonnet-4-5"',
+        'model = "claude-sonnet-4-5"\ncontext = { strategy = "sliding_window", max_messages = 2 }',
+    )
     with pytest.raises(AgentConfigError) as caught:
         load_agents(write(tmp_path, text), {})
     problems = caught.value.problems
-    assert len(problems) == 3, problems
+    assert len(problems) == 4, problems
     assert "agent 'support': environment variable 'OPENAI_API_KEY'" in problems[0]
     assert "agent 'support': tool 'sample_tools:missing'" in problems[1]
     assert "agent 'writer': environment variable 'ANTHROPIC_API_KEY'" in problems[2]
+    assert "agent 'writer': context max_messages" in problems[3]
     assert str(caught.value) == "\n".join(problems)
 
 
