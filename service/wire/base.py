@@ -14,15 +14,18 @@ WIRE_SCHEMA_VERSION: Literal[1] = 1
 """Major version of every message on the wire; bumped only by a breaking change."""
 
 
-def _not_a_boolean(value: Any) -> Any:
-    # JSON's true is not the number 1, though Python's True == 1 lets it match Literal[1]. A
-    # ValueError is what pydantic reports as a validation error (a TypeError would escape it).
+def _an_integer(value: Any) -> Any:
+    # JSON's true and 1.0 are not the integer 1, though Python's True == 1.0 == 1 lets them match
+    # Literal[1]. A ValueError is what pydantic reports as a validation error (a TypeError would
+    # escape it).
     if isinstance(value, bool):
         raise ValueError("a version is a number, not a boolean")  # noqa: TRY004
+    if isinstance(value, float):
+        raise ValueError("a version is an integer")  # noqa: TRY004
     return value
 
 
-WireVersion = Annotated[Literal[1], BeforeValidator(_not_a_boolean)]
+WireVersion = Annotated[Literal[1], BeforeValidator(_an_integer)]
 """The versions this build reads; a breaking change adds the new one here during migration."""
 
 MAX_ID_LENGTH = 256

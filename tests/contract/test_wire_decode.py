@@ -221,6 +221,12 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "schema_version: Input should be 1",
     ),
     (
+        "schema_version a double",
+        {**INVOKE, "schema_version": 1.0},
+        "invalid_command",
+        "schema_version: a version is an integer",
+    ),
+    (
         "no command_id",
         {k: v for k, v in INVOKE.items() if k != "command_id"},
         "invalid_command",
