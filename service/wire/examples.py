@@ -354,8 +354,15 @@ def _results() -> dict[str, tuple[str, Any]]:
         result_record(failed, session_id=SESSION, command_id="cmd-0667", version=7),
     )
     # A cancel's own result says what it covered.
+    # It runs no invocation of its own: its metrics are zeros, and it belongs to no turn.
+    nothing_run = {**_metrics(0, {}, 0)["invocation"], "duration_ms": 0.005}
     cancel_answer = result_record(
-        AgentResult(stop_reason="cancelled", message=None, metrics={}, state=state),
+        AgentResult(
+            stop_reason="cancelled",
+            message=None,
+            metrics={"invocation": nothing_run, "turn": {}},
+            state=state,
+        ),
         session_id=SESSION,
         command_id="cancel-0001",
     )
