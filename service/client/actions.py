@@ -71,7 +71,8 @@ async def _send_and_follow(
         except TimeoutError:
             raise ClientError(
                 f"no result for command {command.command_id} within {options.timeout_s:g}s "
-                "(is `cairn serve` running? `cairn watch` shows what arrives)"
+                "(is `cairn serve` running? a command_id the session answered before gets no "
+                "second result; `cairn watch` shows what arrives)"
             ) from None
 
 
