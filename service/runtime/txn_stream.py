@@ -27,8 +27,10 @@ from dataclasses import dataclass, field
 from aiokafka import TopicPartition
 from aiokafka.errors import (
     CorruptRecordException,
+    InvalidProducerEpoch,
     InvalidTimestampError,
     MessageSizeTooLargeError,
+    ProducerFenced,
     RecordListTooLargeError,
 )
 from aiokafka.structs import OffsetAndMetadata
@@ -64,6 +66,11 @@ UNWRITABLE_ERRORS: tuple[type[Exception], ...] = (
     InvalidTimestampError,
 )
 """Produce errors that retrying the same records can never cure: the records are the problem."""
+
+FENCED_ERRORS: tuple[type[Exception], ...] = (ProducerFenced, InvalidProducerEpoch)
+"""Another producer took the transactional id over: a new owner of what this stream wrote for.
+The stream does not start a producer again at once (that would fence the new owner in turn);
+the next transaction does, if one comes."""
 
 
 @dataclass(eq=False, slots=True)
@@ -173,7 +180,7 @@ class TransactionStream:
             producer = await self._ready_producer()
             await _abort_only(producer, partitions, self._group_id if group else None)
         except Exception as exc:  # noqa: BLE001 - the asker gets it; the stream goes on
-            await self._renew()
+            await (self._drop() if isinstance(exc, FENCED_ERRORS) else self._renew())
             if not future.done():
                 future.set_exception(exc)
         else:
@@ -198,6 +205,10 @@ class TransactionStream:
                 return
             for share in batch:
                 await self._commit([share])
+            return
+        except FENCED_ERRORS as exc:
+            await self._drop()
+            _fail(batch, exc)
             return
         except Exception as exc:  # noqa: BLE001 - every share of the transaction learns of it
             await self._renew()
@@ -347,14 +358,18 @@ class TransactionStream:
             raise
         return producer
 
+    async def _drop(self) -> None:
+        """Throw the fenced producer away; the next transaction, if any, starts another."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            await producer.close()
+
     async def _renew(self) -> None:
         """Throw the producer away and start a fresh one: its new epoch aborts the transaction
         the old one left open at once (it would otherwise hold back the last stable offset of
         every partition it wrote to until the broker's transaction timeout) and resets the
         sequence numbers. If the broker cannot be reached now, the next transaction tries."""
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            await producer.close()
+        await self._drop()
         try:
             async with asyncio.timeout(self._timeout_s):
                 self._producer = await self._new_producer()

@@ -255,6 +255,19 @@ async def test_a_fenced_producer_fails_its_shares_and_the_next_transaction_renew
     assert kafka.epochs["g-a"] == 2
 
 
+async def test_a_fenced_stream_leaves_the_producer_that_fenced_it_alone(
+    kafka: MemoryKafka, stream: TransactionStream
+) -> None:
+    """A paused instance that wakes up fenced must not fence the partition's new owner in turn
+    by starting a producer of the same transactional id at once."""
+    intruder = kafka.producer("g-a")
+    await intruder.start()
+    epoch = kafka.epochs["g-a"]
+    outcomes = await both(stream)
+    assert all(isinstance(o, ProducerFenced) for o in outcomes), outcomes
+    assert kafka.epochs["g-a"] == epoch, "the new owner's producer was fenced back"
+
+
 async def test_a_share_whose_owner_gave_up_is_not_committed(
     kafka: MemoryKafka, stream: TransactionStream
 ) -> None:
