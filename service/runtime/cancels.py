@@ -12,7 +12,7 @@ when it was read by the time the cancel was answered (see :class:`HeldAnswers`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -200,12 +200,7 @@ class CancelDesk:
         stored = self._store.get(session_id)
         existed = stored is not None
         if stored is not None:
-            # The cancels its state recognised when read again (one published before the
-            # delete can be read after it, the control partition read behind the commands
-            # partition after a rebalance): this owner remembers them, as it does for a session
-            # without state.
-            for command_id in stored.delivery.applied:
-                self._remember_stateless(session_id, command_id)
+            self.forgetting(session_id, stored.delivery.applied)
         write = self._writer.delete(session_id) if stored is not None else None
         if self._covers_until.get(session_id) == work.record.timestamp_ms:
             # Everything still queued for the session was published after the delete.
@@ -364,6 +359,15 @@ class CancelDesk:
     def _applied(self, session_id: str, command_id: str) -> bool:
         stored = self._store.get(session_id)
         return stored is not None and stored.delivery.answered(command_id)
+
+    def forgetting(self, session_id: str, command_ids: Iterable[str]) -> None:
+        """The session's state, which recognises these command ids, is being deleted (a delete,
+        an idle expiry): a cancel among them read again (one published before can be read
+        after, the control partition read behind the commands partition after a rebalance),
+        or a targeted cancel naming one, is recognised by this owner, as for a session
+        without state."""
+        for command_id in command_ids:
+            self._remember_stateless(session_id, command_id)
 
     def _remember_stateless(self, session_id: str, command_id: str) -> None:
         self._stateless[(session_id, command_id)] = None

@@ -113,6 +113,11 @@ class Committer:
                 lambda: self._committed >= target and self._offsets_served >= asked
             )
 
+    def passed(self, topic: str, offset: int) -> bool:
+        """The input offsets handed to a commit are past ``offset`` of ``topic``: a later owner
+        never reads that record again (a failed commit fails this owner first)."""
+        return self._trackers[topic].committed > offset
+
     async def settled_before(self, origin: Origin) -> None:
         """Wait until every record of ``origin``'s input partition before it is finished and
         handed to a commit: the commit that then finishes ``origin`` moves the input offsets

@@ -1,7 +1,9 @@
 """Deleting the sessions of a partition nobody wrote to for longer than ``sessions.idle_ttl_s``.
 
-Guarantee: a session is deleted only when it has no work queued and its last write is
-committed; the deletion (its tombstones) and its ``session_expired`` event go through the
+Guarantee: a session is deleted only when it has no work queued, its last write is committed,
+and the input offsets handed to a commit are past every record of it this owner read and past
+the newest command it answered (its ids go with it: a record of it read again after a fault
+would run again); the deletion (its tombstones) and its ``session_expired`` event go through the
 partition's committer like any other write, so they are committed together or not at all.
 """
 
@@ -10,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from service.observability.metrics import Metrics
 from service.runtime.records import event_record
 from service.runtime.session_queue import SessionQueues
 from service.runtime.work import Outcome
+from service.sessions.store import StoredSession
 from service.sessions.writer import SessionWriter
 
 logger = logging.getLogger(__name__)
@@ -33,10 +36,16 @@ async def expire_idle(
     events_topic: str,
     metrics: Metrics,
     owns: Callable[[str], bool] | None = None,
+    *,
+    passed: Callable[[str, int], bool],
+    commands_topic: str,
+    forgetting: Callable[[str, Iterable[str]], None],
 ) -> None:
     """Delete, now and then, the sessions written to last more than ``ttl_s`` ago, each with
     a ``session_expired`` event; a session with work queued or a write not yet committed
-    is left for the next round. Returns once ``stopping()`` is true.
+    is left for the next round, and so is one with a record the input offsets have not
+    ``passed`` yet (by topic and offset). Returns once ``stopping()`` is true; ``forgetting``
+    learns each deleted session's command ids.
 
     A session another partition owns (``owns`` says no: a stray copy written on the wrong
     partition before records off their key's partition were refused) is deleted without an
@@ -52,8 +61,12 @@ async def expire_idle(
             stored = store.get(session_id)
             if stored is None or not stored.durable:
                 continue
+            if not _passed(session_id, stored, queues, passed, commands_topic):
+                continue
             applied = stored.delivery.applied
             write = writer.delete(session_id)
+            forgetting(session_id, applied)
+            queues.forget(session_id)
             idle_s = (now_ms - written_ms) / 1000
             if not stored.exists:
                 # Only remembered command ids (a refusal's, a targeted cancel's): no session
@@ -85,3 +98,19 @@ async def expire_idle(
                 idle_s,
                 len(write.records),
             )
+
+
+def _passed(
+    session_id: str,
+    stored: StoredSession,
+    queues: SessionQueues,
+    passed: Callable[[str, int], bool],
+    commands_topic: str,
+) -> bool:
+    """Every record of the session this owner read, and the newest command it answered (read
+    by an earlier owner, perhaps not yet read again here), is behind the input offsets."""
+    newest = queues.reads(session_id)
+    through = stored.delivery.answered_through
+    if through is not None:
+        newest[commands_topic] = max(newest.get(commands_topic, -1), through[0])
+    return all(passed(topic, offset) for topic, offset in newest.items())

@@ -360,7 +360,9 @@ class PartitionOwner:
                 owns=owns,
                 settled=committer.settled_before,
             )
-            self._queues = SessionQueues(tasks, path.handle)
+            self._queues = SessionQueues(
+                tasks, path.handle, track_reads=settings.sessions.idle_ttl_s is not None
+            )
             self._control = ControlHandler(
                 cancels,
                 self._queues.put,
@@ -380,6 +382,9 @@ class PartitionOwner:
                         self._topics.events,
                         self._ctx.metrics,
                         owns,
+                        passed=committer.passed,
+                        commands_topic=self._topics.commands,
+                        forgetting=cancels.forgetting,
                     )
                 )
             self._restored = True

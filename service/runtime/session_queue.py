@@ -22,10 +22,14 @@ Handler = Callable[[CommandWork], Awaitable[None]]
 
 
 class SessionQueues:
-    def __init__(self, task_group: asyncio.TaskGroup, handler: Handler) -> None:
+    def __init__(
+        self, task_group: asyncio.TaskGroup, handler: Handler, *, track_reads: bool = False
+    ) -> None:
         self._task_group = task_group
         self._handler = handler
         self._queues: dict[str, deque[CommandWork]] = {}
+        self._reads: dict[str, dict[str, int]] | None = {} if track_reads else None
+        """With ``track_reads``: by session, the newest offset of each input topic put here."""
         self._running = 0
         self._closed = False
         self._idle = asyncio.Event()
@@ -34,6 +38,9 @@ class SessionQueues:
     def put(self, work: CommandWork) -> None:
         if self._closed:
             return
+        if self._reads is not None:
+            origin = work.record.origin
+            self._reads.setdefault(work.session_id, {})[origin.topic] = origin.offset
         queue = self._queues.get(work.session_id)
         if queue is not None:
             queue.append(work)
@@ -68,6 +75,16 @@ class SessionQueues:
     def busy(self, session_id: str) -> bool:
         """The session has work running or queued."""
         return session_id in self._queues
+
+    def reads(self, session_id: str) -> dict[str, int]:
+        """The newest offset of each input topic among the session's records put here (with
+        ``track_reads``)."""
+        return dict(self._reads.get(session_id, {})) if self._reads is not None else {}
+
+    def forget(self, session_id: str) -> None:
+        """The session is gone: its reads are no longer needed."""
+        if self._reads is not None:
+            self._reads.pop(session_id, None)
 
     async def _drain(self, session_id: str) -> None:
         queue = self._queues[session_id]

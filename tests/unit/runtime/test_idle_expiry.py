@@ -15,9 +15,22 @@ from tests.support.session_records import restored, writer_for
 EVENTS = "t.events"
 
 
+COMMANDS = "t.commands"
+CONTROL = "t.control"
+
+
 class _Idle:
+    def __init__(self, reads: dict[str, dict[str, int]] | None = None) -> None:
+        self._reads = reads or {}
+
     def busy(self, session_id: str) -> bool:
         return False
+
+    def reads(self, session_id: str) -> dict[str, int]:
+        return dict(self._reads.get(session_id, {}))
+
+    def forget(self, session_id: str) -> None:
+        self._reads.pop(session_id, None)
 
 
 async def test_a_stray_copy_and_a_state_of_ids_only_are_deleted_without_an_event() -> None:
@@ -45,6 +58,9 @@ async def test_a_stray_copy_and_a_state_of_ids_only_are_deleted_without_an_event
         EVENTS,
         metrics,
         owns=lambda session_id: session_id != "stray",
+        passed=lambda topic, offset: True,
+        commands_topic=COMMANDS,
+        forgetting=lambda session_id, ids: None,
     )
     by_session = {outcome.state.session_id: outcome for outcome in submitted if outcome.state}
     assert set(by_session) == {"mine", "stray", "ids"}
@@ -58,3 +74,46 @@ async def test_a_stray_copy_and_a_state_of_ids_only_are_deleted_without_an_event
     assert (event.topic, body["type"], body["session_id"]) == (EVENTS, "session_expired", "mine")
     assert by_session["stray"].records == []  # the session lives on its own partition
     assert metrics.registry.get_sample_value("cairn_sessions_expired_total") == 1
+
+
+async def test_a_session_expires_only_once_the_offsets_are_past_its_records() -> None:
+    """Its command ids go with it: a record of it read again after a fault would run again, so
+    the input offsets must be past every record of it first (the newest command it answered,
+    recorded in its state, and what this owner read of it: a cancel, a command read again)."""
+    said = [{"role": "user", "content": [{"text": "hi"}]}]
+    delivery = Delivery(applied=("c1", "c2")).through((41, 1_000))
+    store = restored(
+        [Outcome(state=writer_for().write(SessionState("s", messages=said), 3, delivery))]
+    )
+    committed = {COMMANDS: 41, CONTROL: 7}
+    submitted: list[Outcome] = []
+    forgotten: list[tuple[str, list[str]]] = []
+    rounds = 0
+
+    def stopping() -> bool:
+        nonlocal rounds
+        rounds += 1
+        if rounds == 3:
+            assert submitted == [], "c2's offset, 41, is not passed yet"
+            committed[COMMANDS] = 42
+        if rounds == 5:
+            assert submitted == [], "the cancel this owner read, at 9, is not passed yet"
+            committed[CONTROL] = 10
+        return bool(submitted)
+
+    await expire_idle(
+        0.001,
+        writer_for(store),
+        submitted.append,
+        _Idle({"s": {CONTROL: 9, COMMANDS: 30}}),  # type: ignore[arg-type]
+        stopping,
+        EVENTS,
+        Metrics(),
+        passed=lambda topic, offset: committed[topic] > offset,
+        commands_topic=COMMANDS,
+        forgetting=lambda session_id, ids: forgotten.append((session_id, list(ids))),
+    )
+    assert rounds >= 5
+    [outcome] = submitted
+    assert outcome.state is not None and outcome.state.session_id == "s"
+    assert forgotten == [("s", ["c1", "c2"])], "its ids are remembered for cancels read later"

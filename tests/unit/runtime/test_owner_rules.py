@@ -17,7 +17,7 @@ import pytest
 from aiokafka.errors import KafkaConnectionError, ProducerFenced
 from aiokafka.structs import OffsetAndMetadata
 
-from service.runtime import partition_owner
+from service.runtime import idle_expiry, partition_owner
 from service.runtime.partition_owner import OwnerExit
 from service.runtime.restore import Sessions
 from service.runtime.transport import (
@@ -29,6 +29,7 @@ from service.runtime.transport import (
 )
 from service.runtime.work import InputRecord, Origin, OutRecord
 from service.sessions.delivery import APPLIED_KEPT
+from service.sessions.store import SessionStore
 from tests.support.memory_kafka import (
     Entry,
     MemoryKafka,
@@ -527,6 +528,67 @@ async def test_a_session_answering_more_than_the_ids_it_keeps_runs_none_again_on
         assert await instance.stop(owner, task) is OwnerExit.STOPPED
         assert instance.ctx.cache.total == 0, "an owner that ended leaves no session in memory"
     assert answered(kafka) == Counter({f"c{i}": 1 for i in range(len(busy) + 1)})
+
+
+async def test_an_idle_session_expires_only_once_no_record_of_it_can_be_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Expiry takes the session's command ids with it: while another session's step holds the
+    committed offset below its command, that command would run again after a takeover."""
+    rounds = 0
+    idle = SessionStore.idle
+
+    def counted(store: SessionStore, before_ms: int, limit: int) -> list[tuple[str, int]]:
+        nonlocal rounds
+        rounds += 1
+        return idle(store, before_ms, limit)
+
+    monkeypatch.setattr(SessionStore, "idle", counted)
+    monkeypatch.setattr(idle_expiry, "_BATCH", 10)
+    kafka = MemoryKafka()
+    put(kafka, command(0, agent="gated"), command(1))  # s0 runs on; s1 answers and goes idle
+    async with Instance(kafka, tmp_path) as instance:
+        sessions = instance.settings.sessions.model_copy(update={"idle_ttl_s": 0.01})
+        instance.ctx.settings = instance.settings.model_copy(update={"sessions": sessions})
+        owner, task = instance.owner()
+        await until(lambda: answered(kafka)["c1"] == 1, "c1")
+        await until(lambda: rounds >= 3, "three rounds of the expiry while c0 runs")
+        assert not expired(kafka), "s1 expired while c0 held the offsets below c1"
+        owner.request_stop(0.05)  # c0 is left running: nothing after it is committed
+        async with asyncio.timeout(10):
+            assert await task is OwnerExit.STOPPED
+        instance.owners.pop(0)
+        instance.gated.gate.set()
+        owner, task = instance.owner()
+        await until(lambda: answered(kafka)["c0"] == 1, "c0, by the next owner")
+        await until(lambda: expired(kafka) == ["s0", "s1"], "both sessions, once idle")
+        assert await instance.stop(owner, task) is OwnerExit.STOPPED
+    assert answered(kafka) == Counter({"c0": 1, "c1": 1})
+
+
+async def test_a_targeted_cancel_read_after_its_sessions_expiry_leaves_an_answered_target_alone(
+    tmp_path: Path,
+) -> None:
+    kafka = MemoryKafka()
+    put(kafka, command(1))
+    async with Instance(kafka, tmp_path) as instance:
+        sessions = instance.settings.sessions.model_copy(update={"idle_ttl_s": 0.01})
+        instance.ctx.settings = instance.settings.model_copy(update={"sessions": sessions})
+        owner, task = instance.owner()
+        await until(lambda: expired(kafka) == ["s1"], "s1 answered c1 and expired")
+        cancel = {"type": "cancel", "command_id": "k1", "session_id": "s1"}
+        kafka.append(TOPICS.control, 0, b"s1", orjson.dumps({**cancel, "target_command_id": "c1"}))
+        await until(lambda: answered(kafka)["k1"] == 1, "the cancel")
+        assert await instance.stop(owner, task) is OwnerExit.STOPPED
+    assert answered(kafka) == Counter({"c1": 1, "k1": 1}), "c1 was answered a second time"
+
+
+def expired(kafka: MemoryKafka) -> list[str]:
+    return sorted(
+        body["session_id"]
+        for value in kafka.visible(TOPICS.events)
+        if value is not None and (body := orjson.loads(value))["type"] == "session_expired"
+    )
 
 
 def test_every_call_of_the_owner_failed_in_a_test_above(request: pytest.FixtureRequest) -> None:
