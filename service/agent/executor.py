@@ -62,6 +62,7 @@ from service.agent.results import (
     TOOL_CANCELLED_TEXT,
     ToolFailure,
     error_result,
+    escaped_failure,
     failure,
     result_status,
     timeout_text,
@@ -338,7 +339,18 @@ async def _traced_call(
     hooks = run.agent.hook_registry
     if hooks.has(AfterToolCallEvent):
         event = AfterToolCallEvent(run.agent, run.session_id, use, tool, block, exception)
-        await hooks.fire(event)
+        try:
+            await hooks.fire(event)
+        except InterruptSignal:
+            raise
+        except Exception as exc:  # noqa: BLE001 - as the reference: the hook's failure is the result
+            # The reference's executor catches it as a tool failure: the result becomes
+            # ``Error: <its text>`` and the hooks fire again with it as the exception; a second
+            # failure escapes (the invocation fails), so this never loops.
+            text, exception = escaped_failure(exc)
+            block = _checked(run, tool_use_id, error_result(tool_use_id, text))
+            event = AfterToolCallEvent(run.agent, run.session_id, use, tool, block, exception)
+            await hooks.fire(event)
         # A hook may replace or edit the result: the session must be able to store that too.
         block = _checked(run, tool_use_id, event.result)
     elapsed_ms = (time.perf_counter() - started) * 1000.0

@@ -115,6 +115,10 @@ class AfterToolCallEvent(HookEvent):
     ``exception`` is what the tool raised, a stray ``asyncio.CancelledError`` included (for a
     tool the agent does not have, an ``Exception`` with the ``Unknown tool: <name>`` text);
     ``cancel_message`` the skip's text when a before-tool-call hook skipped it.
+
+    A callback that raises (after the tool ran) makes the result ``Error: <its text>``, and the
+    callbacks fire again with that result and what it raised as ``exception``; raising again
+    (or raising after a skip) fails the invocation, as in the reference.
     """
 
     tool_use: dict[str, Any]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from engine_helpers import call, echo, invoke, make_agent, resume
+from engine_helpers import call, check_history, echo, invoke, make_agent, results_of, resume
 
 from service.agent.cancel import CancelSignal
 from service.agent.errors import CheckpointStaleError
@@ -244,3 +244,55 @@ async def test_results_of_an_abandoned_batch_are_added_before_the_invocation_sta
     results, prompt = recorder.added[-3:-1]
     assert [list(block) for block in results["content"]] == [["toolResult"]]
     assert prompt["content"] == [{"text": "something else"}]
+
+
+class RaisingAfterToolCall(HookProvider):
+    """Raises from its after-tool-call callback the first ``times`` times; records what the
+    other after-tool-call callback (registered first, so it runs after) sees."""
+
+    def __init__(self, times: int) -> None:
+        self.times = times
+        self.seen: list[tuple[dict[str, Any], str | None]] = []
+
+    def register_hooks(self, registry: HookRegistry) -> None:
+        registry.add_callback(AfterToolCallEvent, self.record)
+        registry.add_callback(AfterToolCallEvent, self.boom)
+
+    def record(self, event: AfterToolCallEvent) -> None:
+        exception = None if event.exception is None else repr(event.exception)
+        self.seen.append((event.result["toolResult"], exception))
+
+    def boom(self, event: AfterToolCallEvent) -> None:
+        if self.times > 0:
+            self.times -= 1
+            raise RuntimeError("hook boom")
+
+
+@pytest.mark.parametrize("executor", ["sequential", "concurrent"])
+async def test_an_after_tool_call_hook_that_raises_makes_the_result_an_error(
+    executor: str,
+) -> None:
+    # As the reference: its failure is caught like a tool's, the result becomes its text and
+    # the after-tool-call hooks fire again with it as the exception; the turn goes on.
+    hook = RaisingAfterToolCall(times=1)
+    agent = make_agent(
+        [call("echo", "e", text="a"), "done"],
+        checkpointing=False,
+        executor=executor,
+        hooks=[hook],
+    )
+    out = await invoke(agent, new_state(), "go")
+    assert out.stop == "end_turn"
+    error = {"toolUseId": "e", "status": "error", "content": [{"text": "Error: hook boom"}]}
+    assert hook.seen == [(error, "RuntimeError('hook boom')")]
+    assert results_of(out.state.messages[2]) == [error]
+    check_history(out.state)
+
+
+async def test_an_after_tool_call_hook_that_raises_again_fails_the_invocation() -> None:
+    # The reference's second firing is outside its catch: the invocation raises, no loop.
+    hook = RaisingAfterToolCall(times=2)
+    agent = make_agent([call("echo", "e", text="a"), "done"], checkpointing=False, hooks=[hook])
+    with pytest.raises(RuntimeError, match="hook boom"):
+        await invoke(agent, new_state(), "go")
+    assert hook.seen == []
