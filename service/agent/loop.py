@@ -18,6 +18,7 @@ ends ``context_overflow``, its pause kept). A tool raising ``KeyboardInterrupt``
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -206,14 +207,19 @@ async def run_invocation(
                     yield await run.finish("cancelled", await run.cancel_message())
                     return
                 metrics.usage.add(reply.usage)
+                if (
+                    reply.stop_reason == "end_turn"
+                    and tool_uses(reply.message)
+                    and reply.unknown_stop_reason is None
+                ):
+                    # Some models end their turn while asking for tools: the tools run (not
+                    # under a stop reason the provider gave that Cairn does not know). As in
+                    # the reference, the after-model-call hooks already see ``tool_use``.
+                    reply = dataclasses.replace(reply, stop_reason="tool_use")
                 if hooks.has(AfterModelCallEvent):
                     await hooks.fire(AfterModelCallEvent(agent, ws.session_id, reply))
                 added, stop = reply.message, reply.stop_reason
-                if stop == "end_turn" and tool_uses(added) and reply.unknown_stop_reason is None:
-                    # Some models end their turn while asking for tools: the tools run (not
-                    # under a stop reason the provider gave that Cairn does not know).
-                    stop = "tool_use"
-                elif stop == "max_tokens":
+                if stop == "max_tokens":
                     # Calls cut off mid-way are not run: each becomes a line saying so.
                     added = without_tool_uses(added)
                 message = await run.add(added)

@@ -25,6 +25,7 @@ from service.agent.hooks import (
 )
 from service.agent.state import SessionState
 from service.agent.tools import tool
+from service.providers.scripted import ScriptedReply
 
 ALL_EVENTS: list[type[HookEvent]] = [
     BeforeInvocationEvent,
@@ -296,3 +297,24 @@ async def test_an_after_tool_call_hook_that_raises_again_fails_the_invocation() 
     with pytest.raises(RuntimeError, match="hook boom"):
         await invoke(agent, new_state(), "go")
     assert hook.seen == []
+
+
+async def test_after_model_call_sees_tool_use_for_an_end_turn_asking_for_tools() -> None:
+    # The reference turns the stop reason into tool_use while streaming, before its hooks.
+    seen: list[str | None] = []
+
+    class Stops(HookProvider):
+        def register_hooks(self, registry: HookRegistry) -> None:
+            registry.add_callback(
+                AfterModelCallEvent, lambda e: seen.append(e.reply.stop_reason if e.reply else None)
+            )
+
+    ends_with_a_call = ScriptedReply(
+        content=[{"toolUse": {"toolUseId": "e", "name": "echo", "input": {"text": "a"}}}],
+        stop_reason="end_turn",
+    )
+    agent = make_agent([ends_with_a_call, "done"], checkpointing=False, hooks=[Stops()])
+    out = await invoke(agent, new_state(), "go")
+    assert out.stop == "end_turn"
+    assert seen == ["tool_use", "end_turn"]
+    assert results_of(out.state.messages[2])[0]["content"] == [{"text": "a"}]
