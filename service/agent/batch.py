@@ -39,7 +39,8 @@ class BatchRun:
     tracer: tracing.Tracer = tracing.NO_TRACING
     """Gets a span per tool call."""
     raised: dict[str, Interrupt] = field(default_factory=dict)
-    """Interrupts raised by this run, by toolUseId ("" for the before-tools hook)."""
+    """Interrupts raised by this run, by the raising toolUse's result key (:meth:`key`; ""
+    for the before-tools hook)."""
     stopped: bool = False
     """A cancel stopped this batch (decided when its after-tools event is built): every
     toolUse then has a result in ``results``, and no interrupt of it stays pending."""

@@ -17,6 +17,8 @@ that error result as soon as the batch starts (past its before-tools hooks and a
 before it), before any tool runs; it is no tool call: no tool-call hooks (which thus cannot
 interrupt or skip it), no started/finished events, span or tool metrics. A valid name that no
 tool of the agent has is a tool call like any other, whose result is ``Unknown tool: <name>``.
+As in the reference, a toolUse with a valid name whose toolUseId the model also gave one with
+an invalid name is dropped (:func:`~service.agent.messages.name_shadowed`): no run, no result.
 
 A tool raising ``KeyboardInterrupt`` or ``SystemExit`` ends the batch there (``run.aborted``):
 no tool starts after it, and neither its after-tool-call nor the after-tools hooks fire.
@@ -50,7 +52,7 @@ from service.agent.hooks import (
     BeforeToolsEvent,
 )
 from service.agent.interrupts import InterruptSignal
-from service.agent.messages import result_order
+from service.agent.messages import name_shadowed, result_keys, result_order
 from service.agent.outcomes import (
     OUTCOME_UNKNOWN,
     answered_block,
@@ -130,7 +132,7 @@ def _settle_started(run: BatchRun, use: dict[str, Any]) -> Settled:
             started.get("instance"),
         )
         reason = outcome_reason(use, started, key)
-        run.raised[tool_use_id] = Interrupt(id=interrupt_id, name=OUTCOME_UNKNOWN, reason=reason)
+        run.raised[run.key(use)] = Interrupt(id=interrupt_id, name=OUTCOME_UNKNOWN, reason=reason)
         return "raised"
     del run.started[tool_use_id]
     block = answered_block(tool_use_id, answer)
@@ -151,7 +153,7 @@ async def _before_call(run: BatchRun, use: dict[str, Any], tool: Tool | None) ->
     try:
         await hooks.fire(event)
     except InterruptSignal as signal:
-        run.raised[use["toolUseId"]] = signal.interrupt
+        run.raised[run.key(use)] = signal.interrupt
         return _SKIP
     if event.cancel_tool:
         text = event.cancel_tool if isinstance(event.cancel_tool, str) else TOOL_CANCELLED_TEXT
@@ -283,7 +285,7 @@ async def _traced_call(
             try:
                 value = await _invoke(tool, use, context, run)
             except InterruptSignal as signal:
-                run.raised[tool_use_id] = signal.interrupt
+                run.raised[run.key(use)] = signal.interrupt
                 _check_state(run, use)
                 span.set(tracing.TOOL_ATTEMPTS, attempt + 1)
                 span.set(tracing.TOOL_STATUS, "interrupted")
@@ -448,15 +450,18 @@ def _unfinished(run: BatchRun) -> Literal["error", "interrupted"]:
 
 def _check_names(run: BatchRun, uses: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Give each toolUse without a result whose name is invalid its error result; return the
-    others without a result, the ones left to run."""
+    others without a result, the ones left to run, but for those it shadows
+    (:func:`~service.agent.messages.name_shadowed`), which get no result."""
     todo = []
+    invalid_ids = {use["toolUseId"] for use in run.uses if tool_name_error(use) is not None}
     for use in uses:
         key = run.key(use)
         if key in run.results:
             continue
         text = tool_name_error(use)
         if text is None:
-            todo.append(use)
+            if not name_shadowed(use, invalid_ids):
+                todo.append(use)
         else:
             # The name is the model's, of any length: measured like any result.
             tool_use_id = use["toolUseId"]
@@ -530,9 +535,9 @@ async def run_batch(run: BatchRun) -> AsyncIterator[Event | LedgerChanged]:
     if run.stopped:
         # Cancel beats interrupt and checkpoint: every toolUse gets its result now, so the
         # after-tools event carries exactly the results message the loop appends.
-        for use in run.uses:
-            if run.key(use) not in run.results:
-                run.results[run.key(use)] = error_result(use["toolUseId"], CANCELLED_TEXT)
+        for use, key in result_order(run.uses, run.results):
+            if key not in run.results:
+                run.results[key] = error_result(use["toolUseId"], CANCELLED_TEXT)
     elif "" in run.raised:
         # As in the reference: a batch its before-tools hook interrupted never started.
         return
@@ -553,5 +558,7 @@ async def run_batch(run: BatchRun) -> AsyncIterator[Event | LedgerChanged]:
 
 
 def raised_in_order(run: BatchRun) -> list[Interrupt]:
-    order = [""] + [u["toolUseId"] for u in run.uses]
+    """The interrupts the batch raised: the before-tools hook's, then its tool calls', in
+    toolUse order (a toolUseId the model repeated: once for each call that raised)."""
+    order = ["", *result_keys(run.uses)]
     return [run.raised[key] for key in order if key in run.raised]

@@ -126,30 +126,43 @@ def result_keys(uses: list[dict[str, Any]]) -> list[str]:
     return keys
 
 
+def name_shadowed(use: dict[str, Any], checked_ids: set[str]) -> bool:
+    """Whether ``use`` gets no result and never runs: its name is valid, but a toolUse of its
+    reply with the same toolUseId and an invalid name was answered by the name check (whose
+    ids are ``checked_ids``). As in the reference, whose validator drops every call of such an
+    id from the run, so the id has the name error as its only result."""
+    return use["toolUseId"] in checked_ids and tool_name_error(use) is None
+
+
 def result_order(
     uses: list[dict[str, Any]], results: dict[str, ContentBlock]
 ) -> list[tuple[dict[str, Any], str]]:
-    """The toolUses, each with its result's key (:func:`result_keys`), in the order their
-    results go into the results message.
+    """The toolUses that get a result, each with its result's key (:func:`result_keys`), in
+    the order their results go into the results message.
 
     First those the name check answered (:func:`~service.agent.results.tool_name_error`), then
     the others, each group in toolUse order. A toolUse with an invalid name and no result yet,
-    or with the cancel result of a batch stopped before it started, is among the others.
+    or with the cancel result of a batch stopped before it started, is among the others. A
+    toolUse :func:`name_shadowed` by one the name check answered is left out.
     """
     keyed = list(zip(uses, result_keys(uses), strict=True))
     first = [_name_checked(use, results.get(key)) for use, key in keyed]
     if not any(first):
         return keyed
+    checked_ids = {use["toolUseId"] for (use, _), f in zip(keyed, first, strict=True) if f}
     return [k for k, f in zip(keyed, first, strict=True) if f] + [
-        k for k, f in zip(keyed, first, strict=True) if not f
+        k
+        for k, f in zip(keyed, first, strict=True)
+        if not f and not name_shadowed(k[0], checked_ids)
     ]
 
 
 def results_message(
     uses: list[dict[str, Any]], results: dict[str, ContentBlock], missing_text: str
 ) -> Message:
-    """One user message with a result for every toolUse, in :func:`result_order`; a toolUse
-    without one in ``results`` gets an error result of ``missing_text``."""
+    """One user message with a result for every toolUse that gets one, in
+    :func:`result_order`; a toolUse without one in ``results`` gets an error result of
+    ``missing_text``."""
     content: list[ContentBlock] = []
     for use, key in result_order(uses, results):
         block = results.get(key)

@@ -13,7 +13,8 @@ from service.agent.definition import AgentDefinition
 from service.agent.events import Event, Stopped
 from service.agent.hooks import HookProvider
 from service.agent.loop import Invocation, run_invocation
-from service.agent.messages import result_order
+from service.agent.messages import result_keys, result_order
+from service.agent.results import tool_name_error
 from service.agent.state import SessionState
 from service.agent.tools import ToolContext, tool
 from service.agent.types import AgentResult, Limits
@@ -164,6 +165,28 @@ def results_of(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [b["toolResult"] for b in message["content"] if "toolResult" in b]
 
 
+def _results_by_key(uses: list[dict[str, Any]], message: dict[str, Any]) -> dict[str, Any]:
+    """The result blocks of ``message`` under the result keys of ``uses`` (an id given more than
+    once: a name error goes to a call with an invalid name, the others in turn)."""
+    by_id: dict[str, list[dict[str, Any]]] = {}
+    for block in message["content"]:
+        if "toolResult" in block:
+            by_id.setdefault(block["toolResult"]["toolUseId"], []).append(block)
+    keyed = list(zip(uses, result_keys(uses), strict=True))
+    blocks: dict[str, Any] = {}
+    for invalid in (True, False):
+        for use, key in keyed:
+            if (tool_name_error(use) is not None) != invalid:
+                continue
+            left = by_id.get(use["toolUseId"], [])
+            named = [b for b in left if "tool_name=<" in str(b["toolResult"]["content"])]
+            pick = (named or left)[:1] if invalid else left[:1]
+            if pick:
+                blocks[key] = pick[0]
+                left.remove(pick[0])
+    return blocks
+
+
 def check_history(state: SessionState) -> None:
     """Roles alternate; each toolUse has exactly one toolResult, in the next message, in order
     (:func:`~service.agent.messages.result_order`: name errors first, then toolUse order).
@@ -187,19 +210,12 @@ def check_history(state: SessionState) -> None:
             assert state.pending is not None, "trailing toolUse without a pending batch"
             assert state.pending.assistant_message == message
             continue
-        blocks = {
-            b["toolResult"]["toolUseId"]: b
-            for b in messages[index + 1]["content"]
-            if "toolResult" in b
-        }
+        tool_use_list = [b["toolUse"] for b in message["content"] if "toolUse" in b]
+        blocks = _results_by_key(tool_use_list, messages[index + 1])
         following = [r["toolUseId"] for r in results_of(messages[index + 1])]
-        ordered = [
-            u["toolUseId"]
-            for u, _ in result_order(
-                [b["toolUse"] for b in message["content"] if "toolUse" in b], blocks
-            )
-        ]
-        assert sorted(following) == sorted(uses), (
+        ordered = [u["toolUseId"] for u, _ in result_order(tool_use_list, blocks)]
+        # A toolUse the name check's answer to another of its id shadows gets none.
+        assert sorted(following) == sorted(ordered), (
             f"results {following} do not match toolUses {uses}"
         )
         assert following == ordered, f"results {following} are not in the order {ordered}"

@@ -103,6 +103,49 @@ async def test_a_prompt_ending_with_tool_calls_pauses_after_model_without_callin
     assert out.result.message == out.state.messages[-1]
 
 
+NAME_ERROR = [{"text": "Error: tool_name=<bad name> | invalid tool name pattern"}]
+
+
+@pytest.mark.parametrize("executor", ["sequential", "concurrent"])
+@pytest.mark.parametrize("bad_first", [True, False])
+async def test_an_id_shared_with_an_invalid_name_gets_only_the_name_error(
+    executor: str, bad_first: bool
+) -> None:
+    # As the reference's validator: every call of an id one invalid name holds is dropped from
+    # the run, so that id's only result is the name error; the other calls run as ever.
+    calls = [call("bad name", "x"), call("echo", "x", text="a")]
+    batch = [*(calls if bad_first else calls[::-1]), call("echo", "y", text="b")]
+    agent = make_agent(
+        [ScriptedReply(tool_calls=batch), "done"],
+        checkpointing=False,
+        executor=executor,
+        mode="sequential",
+    )
+    out = await invoke(agent, new_state(), "go")
+    assert out.stop == "end_turn"
+    results = results_of(out.state.messages[2])
+    assert [(r["toolUseId"], r["content"]) for r in results] == [
+        ("x", NAME_ERROR),
+        ("y", [{"text": "b"}]),
+    ]
+    check_history(out.state)
+
+
+async def test_an_interrupting_call_repeated_under_one_id_lists_its_interrupt_once() -> None:
+    # The sequential reference stops at the first call that raises: one interrupt.
+    twice = ScriptedReply(
+        tool_calls=[call("approve", "x", action="a"), call("approve", "x", action="a")]
+    )
+    agent = make_agent([twice, "done"], checkpointing=False, mode="sequential")
+    out = await invoke(agent, new_state(), "go")
+    assert out.stop == "interrupt"
+    assert [i.name for i in out.result.interrupts] == ["approval"]
+    answer = [{"interruptResponse": {"interruptId": out.result.interrupts[0].id, "response": 1}}]
+    out = await invoke(agent, out.state, answer)
+    assert out.stop == "end_turn"
+    assert [r["content"] for r in results_of(out.state.messages[2])] == [[{"text": "a:1"}]] * 2
+
+
 async def test_a_tool_use_id_the_model_gave_twice_keeps_each_calls_result() -> None:
     twice = ScriptedReply(tool_calls=[call("echo", "x", text="a"), call("echo", "x", text="b")])
     for checkpointing in (False, True):
