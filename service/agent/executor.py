@@ -161,7 +161,13 @@ async def _before_call(run: BatchRun, use: dict[str, Any], tool: Tool | None) ->
         if hooks.has(AfterToolCallEvent):
             # As for a tool that ran: the after-tool-call hooks see (and may replace) the result.
             after = AfterToolCallEvent(
-                run.agent, run.session_id, use, tool, block, cancel_message=text
+                run.agent,
+                run.session_id,
+                use,
+                tool,
+                block,
+                cancel_message=text,
+                invocation_state=run.invocation_state,
             )
             await hooks.fire(after)
             block = _checked(run, use["toolUseId"], after.result)
@@ -340,7 +346,16 @@ async def _traced_call(
             block = _checked(run, tool_use_id, state_refused(block, refused))
     hooks = run.agent.hook_registry
     if hooks.has(AfterToolCallEvent):
-        event = AfterToolCallEvent(run.agent, run.session_id, use, tool, block, exception)
+        event = AfterToolCallEvent(
+            run.agent,
+            run.session_id,
+            use,
+            tool,
+            block,
+            exception,
+            invocation_state=run.invocation_state,
+            duration=time.perf_counter() - started,
+        )
         try:
             await hooks.fire(event)
         except InterruptSignal:
@@ -351,7 +366,16 @@ async def _traced_call(
             # failure escapes (the invocation fails), so this never loops.
             text, exception = escaped_failure(exc)
             block = _checked(run, tool_use_id, error_result(tool_use_id, text))
-            event = AfterToolCallEvent(run.agent, run.session_id, use, tool, block, exception)
+            event = AfterToolCallEvent(
+                run.agent,
+                run.session_id,
+                use,
+                tool,
+                block,
+                exception,
+                invocation_state=run.invocation_state,
+                duration=time.perf_counter() - started,
+            )
             await hooks.fire(event)
         # A hook may replace or edit the result: the session must be able to store that too.
         block = _checked(run, tool_use_id, event.result)
@@ -480,7 +504,14 @@ async def run_batch(run: BatchRun) -> AsyncIterator[Event | LedgerChanged]:
     if hooks.has(BeforeToolsEvent):
         try:
             await hooks.fire(
-                BeforeToolsEvent(run.agent, run.session_id, run.message, run.uses, run.book)
+                BeforeToolsEvent(
+                    run.agent,
+                    run.session_id,
+                    run.message,
+                    run.uses,
+                    run.book,
+                    invocation_state=run.invocation_state,
+                )
             )
         except InterruptSignal as signal:
             run.raised[""] = signal.interrupt
@@ -553,6 +584,7 @@ async def run_batch(run: BatchRun) -> AsyncIterator[Event | LedgerChanged]:
                 ordered,
                 interrupted=bool(run.raised),
                 cancelled=run.stopped,
+                invocation_state=run.invocation_state,
             )
         )
 

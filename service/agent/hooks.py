@@ -44,6 +44,7 @@ class BeforeInvocationEvent(HookEvent):
 @dataclass(slots=True)
 class AfterInvocationEvent(HookEvent):
     result: AgentResult
+    invocation_state: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -57,13 +58,34 @@ class MessageAddedEvent(HookEvent):
 @dataclass(slots=True)
 class BeforeModelCallEvent(HookEvent):
     request: ModelRequest
+    invocation_state: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def projected_input_tokens(self) -> int | None:
+        """Strands' estimate of the call's input tokens: Cairn makes none (None, which Strands
+        gives when its estimate failed)."""
+        return None
 
 
 @dataclass(slots=True)
 class AfterModelCallEvent(HookEvent):
+    """``reply`` (Strands' ``stop_response``: ``message`` and ``stop_reason``) or the ``error``
+    (Strands' ``exception``) of the model call; neither when a cancel cut it short."""
+
     reply: ModelReply | None
     error: Exception | None = None
     cancelled: bool = False
+    invocation_state: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def stop_response(self) -> ModelReply | None:
+        """Strands' name of ``reply``."""
+        return self.reply
+
+    @property
+    def exception(self) -> Exception | None:
+        """Strands' name of ``error``."""
+        return self.error
 
 
 @dataclass(slots=True)
@@ -73,6 +95,7 @@ class BeforeToolsEvent(HookEvent):
     message: Message
     tool_uses: list[dict[str, Any]]
     _book: InterruptBook = field(default_factory=InterruptBook, repr=False)
+    invocation_state: dict[str, Any] = field(default_factory=dict)
 
     def interrupt(self, name: str, reason: Any = None, response: Any = None) -> Any:
         return self._book.ask(before_tools_id(name), name, reason, response)
@@ -80,12 +103,17 @@ class BeforeToolsEvent(HookEvent):
 
 @dataclass(slots=True)
 class AfterToolsEvent(HookEvent):
-    """Fires after a batch; ``results`` are those the results message gets, in its order."""
+    """Fires after a batch; ``results`` are those the results message gets, in its order.
+
+    ``message`` is the assistant's message of the batch's tool calls (Strands' is the user
+    message of the results, whose content ``results`` is).
+    """
 
     message: Message
     results: list[ContentBlock]
     interrupted: bool = False
     cancelled: bool = False
+    invocation_state: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -106,6 +134,11 @@ class BeforeToolCallEvent(HookEvent):
         tool_use_id = str(self.tool_use.get("toolUseId", ""))
         return self._book.ask(before_tool_call_id(tool_use_id, name), name, reason, response)
 
+    @property
+    def selected_tool(self) -> Tool | None:
+        """Strands' name of ``tool``."""
+        return self.tool
+
 
 @dataclass(slots=True)
 class AfterToolCallEvent(HookEvent):
@@ -114,7 +147,8 @@ class AfterToolCallEvent(HookEvent):
 
     ``exception`` is what the tool raised, a stray ``asyncio.CancelledError`` included (for a
     tool the agent does not have, an ``Exception`` with the ``Unknown tool: <name>`` text);
-    ``cancel_message`` the skip's text when a before-tool-call hook skipped it.
+    ``cancel_message`` the skip's text when a before-tool-call hook skipped it. ``result`` is the
+    content block ``{"toolResult": ...}`` (Strands' is the bare ToolResult).
 
     A callback that raises (after the tool ran) makes the result ``Error: <its text>``, and the
     callbacks fire again with that result and what it raised as ``exception``; raising again
@@ -126,6 +160,14 @@ class AfterToolCallEvent(HookEvent):
     result: ContentBlock
     exception: BaseException | None = None
     cancel_message: str | None = None
+    invocation_state: dict[str, Any] = field(default_factory=dict)
+    duration: float | None = None
+    """Seconds since the tool started, as Strands measures it (None for a skipped tool)."""
+
+    @property
+    def selected_tool(self) -> Tool | None:
+        """Strands' name of ``tool``."""
+        return self.tool
 
 
 E = TypeVar("E", bound=HookEvent)

@@ -142,7 +142,11 @@ async def run_invocation(
                 called = failure is None and not cancelled
                 if called:
                     if hooks.has(BeforeModelCallEvent):
-                        await hooks.fire(BeforeModelCallEvent(agent, ws.session_id, request))
+                        await hooks.fire(
+                            BeforeModelCallEvent(
+                                agent, ws.session_id, request, invocation_state=run.inv_state
+                            )
+                        )
                     metrics.cycles += 1
                     model_name = agent.model.model_name
                     with run.tracer.span(
@@ -182,7 +186,15 @@ async def run_invocation(
                 if failure is not None:
                     metrics.model_ms += (time.perf_counter() - started) * 1000.0
                     if called and hooks.has(AfterModelCallEvent):
-                        await hooks.fire(AfterModelCallEvent(agent, ws.session_id, None, failure))
+                        await hooks.fire(
+                            AfterModelCallEvent(
+                                agent,
+                                ws.session_id,
+                                None,
+                                failure,
+                                invocation_state=run.inv_state,
+                            )
+                        )
                     if isinstance(failure, ContextOverflowError) and not cancel_signal.immediate:
                         failure = await _reduce_or_fail(run, request, failure)
                         if failure is None:
@@ -202,7 +214,14 @@ async def run_invocation(
                 if cancelled or reply is None:
                     if called and hooks.has(AfterModelCallEvent):
                         await hooks.fire(
-                            AfterModelCallEvent(agent, ws.session_id, None, None, True)
+                            AfterModelCallEvent(
+                                agent,
+                                ws.session_id,
+                                None,
+                                None,
+                                True,
+                                invocation_state=run.inv_state,
+                            )
                         )
                     yield await run.finish("cancelled", await run.cancel_message())
                     return
@@ -217,7 +236,11 @@ async def run_invocation(
                     # the reference, the after-model-call hooks already see ``tool_use``.
                     reply = dataclasses.replace(reply, stop_reason="tool_use")
                 if hooks.has(AfterModelCallEvent):
-                    await hooks.fire(AfterModelCallEvent(agent, ws.session_id, reply))
+                    await hooks.fire(
+                        AfterModelCallEvent(
+                            agent, ws.session_id, reply, invocation_state=run.inv_state
+                        )
+                    )
                 added, stop = reply.message, reply.stop_reason
                 if stop == "max_tokens":
                     # Calls cut off mid-way are not run: each becomes a line saying so.

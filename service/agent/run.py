@@ -209,7 +209,11 @@ class InvocationRun:
             error=error,
         )
         if self.hooks.has(AfterInvocationEvent):
-            await self.hooks.fire(AfterInvocationEvent(self.agent, ws.session_id, result))
+            await self.hooks.fire(
+                AfterInvocationEvent(
+                    self.agent, ws.session_id, result, invocation_state=self.inv_state
+                )
+            )
             self.check_state("after_invocation hook")
         # Kept in stored form, so this process goes on with exactly what a restore would load.
         ws.agent_state = result.state = self.state_guard.stored()

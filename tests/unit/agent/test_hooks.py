@@ -318,3 +318,57 @@ async def test_after_model_call_sees_tool_use_for_an_end_turn_asking_for_tools()
     assert out.stop == "end_turn"
     assert seen == ["tool_use", "end_turn"]
     assert results_of(out.state.messages[2])[0]["content"] == [{"text": "a"}]
+
+
+async def test_a_hook_written_with_strands_field_names_works() -> None:
+    # Strands' names, as read-only aliases or fields of their own (docs/from-strands.md).
+    seen: list[object] = []
+
+    class Ported(HookProvider):
+        def register_hooks(self, registry: HookRegistry) -> None:
+            registry.add_callback(BeforeModelCallEvent, self.before_model)
+            registry.add_callback(AfterModelCallEvent, self.after_model)
+            registry.add_callback(BeforeToolsEvent, lambda e: seen.append(e.invocation_state["k"]))
+            registry.add_callback(AfterToolsEvent, lambda e: seen.append(e.invocation_state["k"]))
+            registry.add_callback(BeforeToolCallEvent, lambda e: seen.append(e.selected_tool.name))
+            registry.add_callback(AfterToolCallEvent, self.after_tool)
+            registry.add_callback(AfterInvocationEvent, lambda e: seen.append(e.invocation_state))
+
+        def before_model(self, event: BeforeModelCallEvent) -> None:
+            seen.append((event.invocation_state["k"], event.projected_input_tokens))
+
+        def after_model(self, event: AfterModelCallEvent) -> None:
+            response = event.stop_response
+            assert response is not None and event.exception is None
+            seen.append((response.stop_reason, response.message["role"]))
+
+        def after_tool(self, event: AfterToolCallEvent) -> None:
+            assert event.duration is not None and event.duration >= 0
+            seen.append((event.selected_tool.name, event.invocation_state["k"]))
+
+    agent = make_agent([call("echo", "e", text="a"), "done"], checkpointing=False, hooks=[Ported()])
+    await invoke(agent, new_state(), "go", invocation_state={"k": 1})
+    assert seen[:-1] == [
+        (1, None),
+        ("tool_use", "assistant"),
+        1,
+        "echo",
+        ("echo", 1),
+        1,
+        (1, None),
+        ("end_turn", "assistant"),
+    ]
+    assert isinstance(seen[-1], dict) and seen[-1]["k"] == 1
+
+
+async def test_the_strands_aliases_are_read_only() -> None:
+    def after_model(event: AfterModelCallEvent) -> None:
+        with pytest.raises(AttributeError):
+            event.stop_response = None  # type: ignore[misc]
+
+    class Writes(HookProvider):
+        def register_hooks(self, registry: HookRegistry) -> None:
+            registry.add_callback(AfterModelCallEvent, after_model)
+
+    agent = make_agent(["done"], checkpointing=False, hooks=[Writes()])
+    assert (await invoke(agent, new_state(), "go")).stop == "end_turn"
