@@ -372,3 +372,47 @@ async def test_the_strands_aliases_are_read_only() -> None:
 
     agent = make_agent(["done"], checkpointing=False, hooks=[Writes()])
     assert (await invoke(agent, new_state(), "go")).stop == "end_turn"
+
+
+@pytest.mark.parametrize(
+    "raising",
+    [
+        BeforeInvocationEvent,
+        AfterInvocationEvent,
+        MessageAddedEvent,
+        BeforeModelCallEvent,
+        AfterModelCallEvent,
+        BeforeToolsEvent,
+        AfterToolsEvent,
+        BeforeToolCallEvent,
+    ],
+)
+async def test_a_hook_that_raises_fails_the_invocation_and_no_hook_fires_after_it(
+    raising: type[HookEvent],
+) -> None:
+    # A deliberate difference (docs/from-strands.md): the command fails `internal` and the
+    # session stays as it was; Strands fires its after-hooks first and keeps what was added.
+    recorder = Recorder()
+
+    def boom(event: HookEvent) -> None:
+        raise RuntimeError("boom")
+
+    class Raises(HookProvider):
+        def register_hooks(self, registry: HookRegistry) -> None:
+            registry.add_callback(raising, boom)
+
+    # Registered last, the raising callback runs last of a Before* event and first of an After*.
+    agent = make_agent(
+        [call("echo", "e", text="a"), "done"], checkpointing=False, hooks=[recorder, Raises()]
+    )
+    state = new_state()
+    with pytest.raises(RuntimeError, match="boom"):
+        await invoke(agent, state, "go")
+    name = raising.__name__.removesuffix("Event")
+    if name == "MessageAdded":
+        name += ":user"
+    if name.startswith("After"):
+        assert name not in recorder.seen
+    else:
+        assert recorder.seen[-1] == name
+    assert state.messages == []
