@@ -346,27 +346,9 @@ async def _traced_call(
             block = _checked(run, tool_use_id, state_refused(block, refused))
     hooks = run.agent.hook_registry
     if hooks.has(AfterToolCallEvent):
-        event = AfterToolCallEvent(
-            run.agent,
-            run.session_id,
-            use,
-            tool,
-            block,
-            exception,
-            invocation_state=run.invocation_state,
-            duration=time.perf_counter() - started,
-        )
-        try:
-            await hooks.fire(event)
-        except InterruptSignal:
-            raise
-        except Exception as exc:  # noqa: BLE001 - as the reference: the hook's failure is the result
-            # The reference's executor catches it as a tool failure: the result becomes
-            # ``Error: <its text>`` and the hooks fire again with it as the exception; a second
-            # failure escapes (the invocation fails), so this never loops.
-            text, exception = escaped_failure(exc)
-            block = _checked(run, tool_use_id, error_result(tool_use_id, text))
-            event = AfterToolCallEvent(
+
+        def after(block: ContentBlock, exception: BaseException | None) -> AfterToolCallEvent:
+            return AfterToolCallEvent(
                 run.agent,
                 run.session_id,
                 use,
@@ -376,6 +358,18 @@ async def _traced_call(
                 invocation_state=run.invocation_state,
                 duration=time.perf_counter() - started,
             )
+
+        event = after(block, exception)
+        try:
+            await hooks.fire(event)
+        except InterruptSignal:
+            raise
+        except Exception as exc:  # noqa: BLE001 - as the reference: the hook's failure is the result
+            # The reference's executor catches it as a tool failure: the result becomes
+            # ``Error: <its text>`` and the hooks fire again with it as the exception; a second
+            # failure escapes (the invocation fails), so this never loops.
+            text, exception = escaped_failure(exc)
+            event = after(_checked(run, tool_use_id, error_result(tool_use_id, text)), exception)
             await hooks.fire(event)
         # A hook may replace or edit the result: the session must be able to store that too.
         block = _checked(run, tool_use_id, event.result)

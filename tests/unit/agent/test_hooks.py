@@ -376,16 +376,9 @@ async def test_the_strands_aliases_are_read_only() -> None:
 
 @pytest.mark.parametrize(
     "raising",
-    [
-        BeforeInvocationEvent,
-        AfterInvocationEvent,
-        MessageAddedEvent,
-        BeforeModelCallEvent,
-        AfterModelCallEvent,
-        BeforeToolsEvent,
-        AfterToolsEvent,
-        BeforeToolCallEvent,
-    ],
+    # An after-tool-call hook that raises makes the tool's result an error instead.
+    [event for event in ALL_EVENTS if event is not AfterToolCallEvent],
+    ids=lambda event: event.__name__,
 )
 async def test_a_hook_that_raises_fails_the_invocation_and_no_hook_fires_after_it(
     raising: type[HookEvent],
