@@ -310,7 +310,7 @@ class KafkaGroupOffsets:
             raise CommitFailedError("the group offsets reader is not started")
         node = await client.coordinator_lookup(GROUP_COORDINATOR, group_id)
         request = StableOffsetFetch(group_id, partitions, require_stable=require_stable)
-        return fetched_all(await client.send(node, request))
+        return fetched_all(await client.send(node, request), request.partitions)
 
 
 MakeProducer = Callable[[KafkaSettings, str, int], TxnProducer]

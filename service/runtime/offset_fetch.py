@@ -30,6 +30,8 @@ API_KEY = 9
 UNSTABLE_OFFSET_COMMIT = 88
 """A transaction committing offsets for the partition is still open: ask again."""
 NO_OFFSET = -1
+NOT_ANSWERED = -1
+"""``UNKNOWN_SERVER_ERROR``: the error of a partition asked about that the answer leaves out."""
 
 
 class OffsetFetchResponse_v7(Response):  # type: ignore[misc]  # aiokafka is untyped
@@ -112,10 +114,21 @@ def fetched(response: OffsetFetchResponse_v7) -> dict[TopicPartition, tuple[int,
     }
 
 
-def fetched_all(response: OffsetFetchResponse_v7) -> dict[TopicPartition, tuple[int, str, int]]:
-    """By partition: (committed offset or -1, its metadata, error code)."""
-    return {
+def fetched_all(
+    response: OffsetFetchResponse_v7, partitions: Iterable[TopicPartition]
+) -> dict[TopicPartition, tuple[int, str, int]]:
+    """By partition asked about: (committed offset or -1, its metadata, error code).
+
+    A group-level error is the error of every partition asked about: the answer then lists no
+    partition (a coordinator that just started, or is loading the group's offsets, answers
+    ``NOT_COORDINATOR`` or ``COORDINATOR_LOAD_IN_PROGRESS`` so), and a partition it leaves out
+    has no offset to start from, whatever the others say (``UNKNOWN_SERVER_ERROR``).
+    """
+    if response.error_code:
+        return dict.fromkeys(partitions, (NO_OFFSET, "", response.error_code))
+    answered = {
         TopicPartition(name, partition): (offset, metadata or "", error_code)
-        for name, partitions, _ in response.topics
-        for partition, offset, _epoch, metadata, error_code, _ in partitions
+        for name, found, _ in response.topics
+        for partition, offset, _epoch, metadata, error_code, _ in found
     }
+    return {tp: answered.get(tp, (NO_OFFSET, "", NOT_ANSWERED)) for tp in partitions}

@@ -9,7 +9,8 @@ writes again; on stop it starts nothing new, gives running steps a bounded grace
 a commit, abandons the rest, and moves the input offsets in its last commit. A failure of any
 call it makes of Kafka ends it ``FAILED`` (the runtime re-creates it, and the new owner starts
 from the committed offsets and state), a fencing error ``FENCED``; one while it stops cuts the
-last commit short. A record below its start is never taken, one fetched again only once.
+last commit short. It starts every input topic at its committed offset (never where the
+consumer happens to be); a record below its start is never taken, one fetched again only once.
 
 It reaches Kafka only through its stream, the instance's :class:`InputSource` and
 :class:`Sessions`, so these rules are unit-tested on the in-memory Kafka
@@ -60,7 +61,7 @@ from service.runtime.transactions import (
     find_left_open,
     watch_stable_offsets,
 )
-from service.runtime.transport import InputSource
+from service.runtime.transport import CommitFailedError, InputSource
 from service.runtime.txn_stream import GroupFencedError, TransactionStream
 from service.runtime.work import CommandWork, InputRecord
 from service.sessions.cache import SessionCache
@@ -176,9 +177,9 @@ class PartitionOwner:
         if origin.offset < self._min_offsets.get(origin.topic, 0):
             return
         tracker = self._trackers.get(origin.topic)
-        if tracker is None:
-            tracker = self._trackers[origin.topic] = OffsetTracker(origin.offset)
-        if not tracker.accepts(origin.offset):
+        if tracker is None or not tracker.accepts(origin.offset):
+            # Fetched again after a seek, or of a topic the owner has no start for: a tracker
+            # started at this record would pass every earlier one the consumer fetched before.
             return
         tracker.received(origin.offset)
         self._accepted += 1
@@ -436,6 +437,12 @@ class PartitionOwner:
         """Read from the stable committed offsets (before restore); the seeks and the switch to
         accepting records happen in one step, so no record fetched before a seek is taken and
         none after is lost."""
+        topics = {self._topics.commands, self._topics.control}
+        missing = sorted(topics - {tp.topic for tp in starts if tp.partition == self.partition})
+        if missing:
+            raise CommitFailedError(
+                f"partition {self.partition}: no committed offsets to start {missing} from"
+            )
         inputs = self._ctx.inputs
         for tp, offset in starts.items():
             inputs.seek(tp, offset)

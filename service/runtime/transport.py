@@ -100,8 +100,9 @@ class GroupOffsets(Protocol):
     async def fetch(
         self, group_id: str, partitions: Iterable[TopicPartition], *, require_stable: bool
     ) -> dict[TopicPartition, tuple[int, str, int]]:
-        """By partition: (offset or -1, metadata, error code); with ``require_stable`` a
-        partition whose offsets an open transaction may still move has error 88."""
+        """By partition, every one of ``partitions``: (offset or -1, metadata, error code); with
+        ``require_stable`` a partition whose offsets an open transaction may still move has
+        error 88; a group-level error (the coordinator just restarted) is every partition's."""
 
 
 class Transport(Protocol):

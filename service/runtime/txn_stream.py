@@ -296,12 +296,17 @@ class TransactionStream:
     async def _fetch(
         self, partitions: Iterable[TopicPartition], *, require_stable: bool
     ) -> dict[TopicPartition, tuple[int, str, int]]:
+        asked = list(partitions)
         found = await self._transport.offsets.fetch(
-            self._group_id, partitions, require_stable=require_stable
+            self._group_id, asked, require_stable=require_stable
         )
         errors = {error for _, _, error in found.values()} - {0, UNSTABLE_OFFSET_COMMIT}
         if errors:
             raise CommitFailedError(f"the offset fetch failed with error codes {sorted(errors)}")
+        missing = sorted(set(asked) - found.keys())
+        if missing:
+            # Not "nothing committed": an owner would start wherever its consumer happens to be.
+            raise CommitFailedError(f"the offset fetch left out {missing}")
         return found
 
     async def release_offsets(self, transactional_id: str) -> None:

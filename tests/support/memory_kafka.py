@@ -190,6 +190,9 @@ class MemoryKafka:
         """(position in ``calls``, call) of every injected failure that fired."""
         self.offsets: GroupOffsets = MemoryGroupOffsets(self)
         self.markers_lost_on: tuple[str, int] | None = None
+        self.offsets_left_out = 0
+        """Fetches of the group's offsets still to answer no partition at all (what the reader
+        once made of a coordinator's group-level error right after a broker restart)."""
 
     # the transport
     def producer(self, transactional_id: str) -> TxnProducer:
@@ -427,6 +430,9 @@ class MemoryGroupOffsets:
     ) -> dict[TopicPartition, tuple[int, str, int]]:
         kafka = self.kafka
         await kafka.enter("group", "fetch")
+        if kafka.offsets_left_out:
+            kafka.offsets_left_out -= 1
+            return {}
         pending = {tp for txn in kafka.open.values() for tp in txn.offsets}
         pending.update(tp for left in kafka.pending.values() for tp in left)
         found = {}

@@ -20,7 +20,7 @@ from service.runtime import partition_owner, stable_starts, transactions
 from service.runtime.consumer_loop import ConsumerLoop
 from service.runtime.faults import FaultPoints
 from service.runtime.partition_owner import InFlight, OwnerContext, OwnerExit, PartitionOwner
-from service.runtime.streams import InstanceStream
+from service.runtime.streams import InstanceStream, PartitionStreams
 from service.runtime.txn_stream import TransactionStream
 from service.settings import Settings
 from tests.support.agents import CycleModel
@@ -30,6 +30,7 @@ SETTINGS = Settings()
 TOPICS = SETTINGS.topics
 GROUP = SETTINGS.group.group_id
 OURS, OLD = f"{GROUP}-a", f"{GROUP}-old"
+PARTITION_0 = f"{GROUP}-0"
 COMMANDS_0 = TopicPartition(TOPICS.commands, 0)
 CONTROL_0 = TopicPartition(TOPICS.control, 0)
 
@@ -59,9 +60,11 @@ def shorten_waits(monkeypatch: pytest.MonkeyPatch) -> None:
 
 class Instance:
     """One instance on the in-memory Kafka: its input, its stream, its loop, and owners made on
-    demand (as the runtime makes them) for partition 0."""
+    demand (as the runtime makes them) for partition 0. With ``partition_streams`` each owner
+    commits through a stream of its own partition (``transaction_streams=partition``, its
+    transactional id :data:`PARTITION_0`) instead of the instance's."""
 
-    def __init__(self, kafka: MemoryKafka, root: Path) -> None:
+    def __init__(self, kafka: MemoryKafka, root: Path, *, partition_streams: bool = False) -> None:
         self.kafka = kafka
         self.gated = GatedModel()
         runtime = SETTINGS.runtime.model_copy(
@@ -88,7 +91,9 @@ class Instance:
                 "gated": AgentDefinition(name="gated", model=self.gated),
             },
             inputs=self.input,
-            streams=InstanceStream(self.stream),
+            streams=PartitionStreams(self._partition_stream)
+            if partition_streams
+            else InstanceStream(self.stream),
             inflight=self.inflight,
             faults=FaultPoints(self.settings.faults),
             on_restored=lambda partition: None,
@@ -114,6 +119,18 @@ class Instance:
                 task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.stream.close()
+
+    def _partition_stream(self, partition: int) -> TransactionStream:
+        return TransactionStream(
+            transport=self.kafka,
+            transactional_id=f"{GROUP}-{partition}",
+            group_id=GROUP,
+            sessions_topic=TOPICS.sessions,
+            membership=self.kafka.membership,
+            timeout_s=2.0,
+            faults=FaultPoints(self.settings.faults),
+            shared=False,
+        )
 
     def owner(self) -> tuple[PartitionOwner, asyncio.Task[OwnerExit]]:
         owner = self.owners[0] = PartitionOwner(0, self.ctx)

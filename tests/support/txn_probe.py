@@ -214,7 +214,7 @@ async def group_offsets(
     try:
         node = await client.coordinator_lookup(GROUP_COORDINATOR, group)
         request = StableOffsetFetch(group, partitions, require_stable=require_stable)
-        return fetched_all(await client.send(node, request))
+        return fetched_all(await client.send(node, request), request.partitions)
     finally:
         await client.close()
 

@@ -15,11 +15,13 @@ from aiokafka.protocol.api import RequestHeader_v2
 from aiokafka.structs import TopicPartition
 
 from service.runtime.offset_fetch import (
+    NOT_ANSWERED,
     UNSTABLE_OFFSET_COMMIT,
     OffsetFetchRequest_v7,
     OffsetFetchResponse_v7,
     StableOffsetFetch,
     fetched,
+    fetched_all,
 )
 
 
@@ -94,4 +96,41 @@ def test_the_response_gives_offset_and_error_per_partition() -> None:
     assert fetched(response) == {
         TopicPartition("c", 0): (42, 0),
         TopicPartition("c", 1): (-1, UNSTABLE_OFFSET_COMMIT),
+    }
+
+
+NOT_COORDINATOR = 16
+
+
+def _response(error_code: int, *partitions: tuple[int, int]) -> OffsetFetchResponse_v7:
+    """A response for topic ``c``: (partition, offset) with metadata ``m`` and no error."""
+    listed = b"".join(
+        struct.pack(">iqi", partition, offset, -1) + _compact("m") + struct.pack(">h", 0) + b"\x00"
+        for partition, offset in partitions
+    )
+    topics = b"\x02" + _compact("c") + bytes([len(partitions) + 1]) + listed + b"\x00"
+    raw = (
+        struct.pack(">i", 0)
+        + (topics if partitions else b"\x01")
+        + struct.pack(">h", error_code)
+        + b"\x00"
+    )
+    return OffsetFetchResponse_v7.decode(BytesIO(raw))
+
+
+def test_a_group_level_error_is_every_asked_partitions_error() -> None:
+    """A broker's coordinator that just started answers so (Kafka 4.4, seen: error 16 and no
+    partition for a moment after a restart); read as an answer of no partition, it gave an
+    owner no start, and the owner then read from where its consumer was."""
+    asked = [TopicPartition("c", 0), TopicPartition("d", 0)]
+    assert fetched_all(_response(NOT_COORDINATOR), asked) == dict.fromkeys(
+        asked, (-1, "", NOT_COORDINATOR)
+    )
+
+
+def test_a_partition_the_answer_leaves_out_is_an_error_not_nothing_committed() -> None:
+    asked = [TopicPartition("c", 0), TopicPartition("c", 1)]
+    assert fetched_all(_response(0, (0, 42)), asked) == {
+        TopicPartition("c", 0): (42, "m", 0),
+        TopicPartition("c", 1): (-1, "", NOT_ANSWERED),
     }

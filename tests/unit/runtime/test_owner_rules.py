@@ -92,6 +92,35 @@ async def test_a_new_owner_starts_from_the_committed_offsets_not_from_where_fetc
     assert answered(kafka) == Counter({"c2": 1, "c3": 1})
 
 
+@pytest.mark.parametrize("partition_streams", [False, True], ids=["instance", "partition"])
+async def test_an_answer_of_the_group_offsets_without_the_partition_is_no_start(
+    tmp_path: Path, partition_streams: bool
+) -> None:
+    """Right after a broker restart the coordinator answers the offset fetch with a group-level
+    error and no partition. An owner read that as a start of nowhere and took records from
+    where the consumer was: the commands its failed predecessor had fetched (c2, c3; one of
+    them had started a once tool) were never read again, and the next command's commit moved
+    the offsets past them. (Only with a stream of the partition's own: the instance's refuses
+    the claim, which then carries no offsets.)"""
+    kafka = MemoryKafka()
+    put(kafka, *(command(i) for i in range(4)))
+    kafka.committed[COMMANDS_0] = (2, OLD)
+    kafka.committed[CONTROL_0] = (0, OLD)
+    kafka.offsets_left_out = 1
+    async with Instance(kafka, tmp_path, partition_streams=partition_streams) as instance:
+        instance.input.positions[COMMANDS_0] = 4  # what the failed owner fetched
+        owner, task = instance.owner()
+        await until(lambda: task.done() or owner.restored, "the owner to fail or serve")
+        if task.done():
+            assert task.result() is OwnerExit.FAILED
+            owner, task = instance.owner()  # as the runtime re-creates it
+            await until(lambda: owner.restored, "the owner to serve")
+        put(kafka, command(4))
+        await until(lambda: committed(kafka) == 5, "every command committed")
+        assert await instance.stop(owner, task) is OwnerExit.STOPPED
+    assert answered(kafka) == Counter({"c2": 1, "c3": 1, "c4": 1})
+
+
 async def old_owner(kafka: MemoryKafka) -> None:
     """The partition's previous owner: it answered c0 and c1 and committed their offsets, then
     died with a transaction open (c2's answer, offsets to 3) and a batch of events whose
