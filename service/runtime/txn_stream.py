@@ -211,7 +211,9 @@ class TransactionStream:
             _fail(batch, exc)
             return
         except Exception as exc:  # noqa: BLE001 - every share of the transaction learns of it
-            await self._renew()
+            # A partition's own stream ends with its owner, which this fails: a producer started
+            # now would only fence the partition's next owner (see FENCED_ERRORS).
+            await (self._renew() if self.shared else self._drop())
             _fail(batch, exc)
             return
         self.transactions += 1
