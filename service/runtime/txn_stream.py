@@ -70,7 +70,9 @@ UNWRITABLE_ERRORS: tuple[type[Exception], ...] = (
 FENCED_ERRORS: tuple[type[Exception], ...] = (ProducerFenced, InvalidProducerEpoch)
 """Another producer took the transactional id over: a new owner of what this stream wrote for.
 The stream does not start a producer again at once (that would fence the new owner in turn);
-the next transaction does, if one comes."""
+the next transaction does, if one comes. A membership that is over (a pause past the session
+timeout; a static member replaced under the same instance id) may mean the same: the stream
+then only aborts with the producer it has."""
 
 
 @dataclass(eq=False, slots=True)
@@ -205,6 +207,10 @@ class TransactionStream:
                 return
             for share in batch:
                 await self._commit([share])
+            return
+        except GroupFencedError as exc:
+            await self._abort_or_drop()
+            _fail(batch, exc)
             return
         except FENCED_ERRORS as exc:
             await self._drop()
@@ -364,6 +370,19 @@ class TransactionStream:
             await producer.close()
             raise
         return producer
+
+    async def _abort_or_drop(self) -> None:
+        """End the open transaction under the producer's own epoch, which fences nobody (a
+        producer that took the transactional id over makes the broker refuse it); a producer
+        that cannot abort is dropped, and the next transaction, if any, starts another."""
+        producer = self._producer
+        if producer is None:
+            return
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await producer.abort()
+        except Exception:  # noqa: BLE001 - fenced or unreachable: nothing more to end here
+            await self._drop()
 
     async def _drop(self) -> None:
         """Throw the fenced producer away; the next transaction, if any, starts another."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
@@ -20,7 +21,7 @@ from service.runtime.txn_offset_commit import Membership
 from service.runtime.txn_stream import CommitFailedError, GroupFencedError, TransactionStream
 from service.runtime.work import Origin, Outcome, OutRecord
 from service.settings import FaultSettings
-from tests.support.memory_kafka import MemoryKafka, assert_every_call_failed
+from tests.support.memory_kafka import MemoryKafka, Txn, assert_every_call_failed
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -290,6 +291,36 @@ async def test_a_fenced_stream_leaves_the_producer_that_fenced_it_alone(
     outcomes = await both(stream)
     assert all(isinstance(o, ProducerFenced) for o in outcomes), outcomes
     assert kafka.epochs["g-a"] == epoch, "the new owner's producer was fenced back"
+
+
+async def test_a_stream_whose_membership_is_over_leaves_the_new_owners_producer_alone(
+    kafka: MemoryKafka, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An instance that wakes up evicted learns it from its membership before any request: a
+    producer of its transactional id started then would fence the instance that replaced it
+    (the same static instance id) or the partition's new owner."""
+    producer_class = type(kafka.producer("probe"))
+
+    async def local_begin(self: Any) -> None:
+        # As the service's own producer begins: locally, the epoch is seen at the first request.
+        self.kafka.open[self.transactional_id] = Txn(self.transactional_id, self.epoch)
+
+    monkeypatch.setattr(producer_class, "begin", local_begin)
+    stream = make_stream(kafka, membership=lambda: None)
+    await stream.start()
+    task = asyncio.create_task(stream.run())
+    try:
+        replacement = kafka.producer("g-a")
+        await replacement.start()
+        epoch = kafka.epochs["g-a"]
+        _, offsets = share(0, 1)  # offsets only: the membership is what refuses it
+        with pytest.raises(GroupFencedError):
+            await stream.transact(0, [], offsets)
+        assert kafka.epochs["g-a"] == epoch, "the replacement's producer was fenced"
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await stream.close()
 
 
 async def test_a_share_whose_owner_gave_up_is_not_committed(
