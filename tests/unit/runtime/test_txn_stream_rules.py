@@ -181,32 +181,15 @@ async def test_a_share_the_broker_refuses_is_retried_alone_and_fails_alone(
     assert kafka.open_entries() == 0
 
 
-async def test_a_transaction_that_hangs_times_out_and_its_shares_fail(
-    kafka: MemoryKafka,
-) -> None:
-    stream = make_stream(kafka, timeout_s=0.2)
-    await stream.start()
-    task = asyncio.create_task(stream.run())
-    try:
-        gate = kafka.hang("commit")
-        with pytest.raises(CommitFailedError, match="timed out"):
-            await stream.transact(0, *share(0, 1))
-        gate.set()
-        assert isinstance(await stream.transact(0, *share(0, 2)), int)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-    assert kafka.visible(RESULTS) == [b"p0@2"]
-
-
 @pytest.mark.parametrize("shared", [True, False], ids=["instance-stream", "partition-stream"])
-async def test_only_a_shared_stream_starts_its_producer_again_at_once_after_a_failure(
+async def test_a_transaction_that_hangs_times_out_and_its_shares_fail(
     kafka: MemoryKafka, shared: bool
 ) -> None:
-    """A partition's own stream ends with its owner, which a failure fails: starting a producer
-    of the partition's transactional id then would only fence a new owner (this instance may
-    have lost the partition meanwhile, a pause past the session timeout); the next owner starts
-    one if it is here. The instance's stream goes on serving its other partitions."""
+    """Only the instance's stream starts its producer again at once: a partition's own stream
+    ends with its owner, which the failure fails, and a producer of the partition's
+    transactional id started then would only fence a new owner (this instance may have lost the
+    partition meanwhile, a pause past the session timeout). Either starts one for the next
+    transaction."""
     stream = make_stream(kafka, timeout_s=0.2, shared=shared)
     await stream.start()
     epoch = kafka.epochs["g-a"]
@@ -217,10 +200,12 @@ async def test_only_a_shared_stream_starts_its_producer_again_at_once_after_a_fa
             await stream.transact(0, *share(0, 1))
         gate.set()
         assert kafka.epochs["g-a"] == (epoch + 1 if shared else epoch)
+        assert isinstance(await stream.transact(0, *share(0, 2)), int)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await stream.close()
+    assert kafka.visible(RESULTS) == [b"p0@2"]
 
 
 @pytest.mark.parametrize(
