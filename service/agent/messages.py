@@ -18,6 +18,12 @@ name that fails the name check, in the assistant's messages of every model call:
 refuse a history holding such a name (Bedrock does), and its error result still names it."""
 
 
+_VALID_NAMES: set[str] = set()
+"""Tool names found valid, so each model call checks the history's names by a lookup (it sends
+the whole view every time); bounded by :data:`_VALID_NAMES_KEPT`."""
+_VALID_NAMES_KEPT = 4_096
+
+
 def for_model(messages: list[Message]) -> list[Message]:
     """``messages`` as a model call sends them: a toolUse of the assistant's whose name no tool
     can have carries :data:`INVALID_TOOL_NAME` instead. The history keeps the model's name; the
@@ -27,7 +33,10 @@ def for_model(messages: list[Message]) -> list[Message]:
         if message.get("role") != "assistant":
             continue
         content = message.get("content", ())
-        if not any(_misnamed(block) for block in content):
+        for block in content:
+            if "toolUse" in block and _misnamed(block):
+                break
+        else:
             continue
         if out is messages:
             out = list(messages)
@@ -48,7 +57,16 @@ def model_tool_name(use: dict[str, Any]) -> str:
 
 def _misnamed(block: ContentBlock) -> bool:
     use = block.get("toolUse")
-    return isinstance(use, dict) and tool_name_error(use) is not None
+    if not isinstance(use, dict):
+        return False
+    name = use.get("name")
+    if type(name) is str and name in _VALID_NAMES:
+        return False
+    if tool_name_error(use) is not None:
+        return True
+    if isinstance(name, str) and len(_VALID_NAMES) < _VALID_NAMES_KEPT:
+        _VALID_NAMES.add(name)
+    return False
 
 
 def tool_uses(message: Message) -> list[dict[str, Any]]:
