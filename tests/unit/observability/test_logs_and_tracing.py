@@ -144,6 +144,25 @@ def test_opentelemetry_api_without_sdk_still_yields_a_child() -> None:
         assert len(root.trace_id) == 32
 
 
+def test_without_any_provider_the_api_getter_is_not_called_per_span(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The API's getter reads the environment at every call until a provider is set: with none
+    # set and none named by the environment, a span does not ask it.
+    trace_api = pytest.importorskip("opentelemetry.trace")
+    assert trace_api._TRACER_PROVIDER is None
+
+    def refuse() -> None:
+        raise AssertionError("the provider was looked up")
+
+    monkeypatch.setattr(trace_api, "get_tracer_provider", refuse)
+    parent = parse_traceparent(VALID)
+    assert parent is not None
+    with span("cairn.invoke", parent) as child:
+        assert child.trace_id == parent.trace_id
+    assert tracing.current_span() is tracing.NO_SPAN
+
+
 def test_without_an_sdk_provider_no_opentelemetry_span_is_started(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
