@@ -134,7 +134,8 @@ async def run_invocation(
                 cancelled = False
                 failure: ModelError | None = None
                 try:
-                    request.messages = for_model(await run.context_view(request))
+                    view = await run.context_view(request)
+                    request.messages = for_model(view, ws.names.misnamed(ws.messages))
                 except ModelError as exc:
                     # A summarizer cut short by a cancel is the cancel, not a failure.
                     cancelled = cancel_signal.immediate

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.agent.context import ContextState
+from service.agent.messages import NameCheck
 from service.agent.types import Checkpoint, ContentBlock, Interrupt, Message
 
 SESSION_STATE_VERSION = 2
@@ -130,6 +131,8 @@ class SessionState:
     context: ContextState | None = None
     """Where the model's view of the history starts, and the summary of what is before it;
     None while the model sees the whole history."""
+    names: NameCheck = field(default_factory=NameCheck, compare=False, repr=False)
+    """What is known of the history's tool names (kept in memory only)."""
 
     @property
     def interrupted(self) -> bool:
@@ -163,6 +166,7 @@ class SessionState:
                 if self.context is not None
                 else None
             ),
+            names=self.names,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -87,3 +87,44 @@ def test_only_the_messages_renamed_are_copied() -> None:
         "content": [{"text": "x"}, {"toolUse": {"toolUseId": "2", "name": "INVALID_TOOL_NAME"}}],
     }
     assert bad == {"role": "assistant", "content": [{"text": "x"}, {"toolUse": {"toolUseId": "2"}}]}
+
+
+async def test_a_misnamed_call_of_an_earlier_command_is_still_sent_renamed() -> None:
+    # The names are checked once per message, and the check is kept with the session across
+    # its commands; a session decoded afresh (a deep copy here) is checked from its start.
+    # (The scripted model plays its script again at each turn: every turn asks for the tool.)
+    agent = make_agent([[call("bad name!", "x1")], "done"], checkpointing=False)
+    out = await invoke(agent, SessionState(session_id="s-later"), "hi")
+    out = await invoke(agent, out.state, "again")
+    out = await invoke(agent, out.state.copy(), "once more")
+
+    assert out.stop == "end_turn"
+    sent = [[names(m) for m in r.messages if names(m)] for r in model_of(agent).requests]
+    assert sent == [[["INVALID_TOOL_NAME"]] * count for count in (0, 1, 1, 2, 2, 3)]
+    assert [names(m) for m in out.state.messages if names(m)] == [["bad name!"]] * 3
+
+
+def test_the_name_check_follows_a_history_that_goes_on_and_rechecks_one_that_does_not() -> None:
+    from service.agent.messages import NameCheck, for_model
+
+    user = {"role": "user", "content": [{"text": "hi"}]}
+    good = {"role": "assistant", "content": [{"toolUse": {"toolUseId": "1", "name": "ok"}}]}
+    bad = {"role": "assistant", "content": [{"toolUse": {"toolUseId": "2", "name": "no good"}}]}
+    check = NameCheck()
+    history: list[dict[str, Any]] = [user, good]
+    assert check.misnamed(history) == {}
+    assert for_model(history, check.misnamed(history)) is history
+
+    history.append(bad)
+    assert list(check.misnamed(history).values()) == [bad]
+    assert names(for_model(history, check.misnamed(history))[2]) == ["INVALID_TOOL_NAME"]
+
+    # The last message checked replaced (a join): checked again, the new one included.
+    joined = {"role": "assistant", "content": [*bad["content"], *good["content"]]}
+    history[-1] = joined
+    assert list(check.misnamed(history).values()) == [joined]
+
+    # Another history (another first message, or shorter): checked from its start.
+    other = [dict(user), good]
+    assert check.misnamed(other) == {}
+    assert check.misnamed([bad]) == {id(bad): bad}
