@@ -27,6 +27,7 @@ from service.wire.events import (
     TextDeltaEvent,
     ToolFinishedEvent,
     ToolStartedEvent,
+    step_event_json,
 )
 from service.wire.results import ResultRecord, deleted_result, error_record, history_result
 from service.wire.results import result_record as wire_result
@@ -282,12 +283,13 @@ def event_record(
     headers: list[tuple[str, bytes]] | None = None,
     version: int | None = None,
 ) -> OutRecord:
-    if version is not None:
-        data = {**data, "version": version}
-    event = EVENT_MODELS[kind](session_id=session_id, command_id=command_id, seq=seq, **data)
-    return OutRecord(
-        topic=topic, key=session_id.encode(), value=encode(event), headers=headers or []
-    )
+    value = step_event_json(kind, session_id, command_id, seq, version, data)
+    if value is None:
+        if version is not None:
+            data = {**data, "version": version}
+        event = EVENT_MODELS[kind](session_id=session_id, command_id=command_id, seq=seq, **data)
+        value = encode(event)
+    return OutRecord(topic=topic, key=session_id.encode(), value=value, headers=headers or [])
 
 
 def dlq_record(topic: str, record: InputRecord, reason: str, code: ErrorCode) -> OutRecord:
