@@ -138,7 +138,7 @@ def span(
 
     Put ``yielded.headers()`` on every record the work produces.
     """
-    if use_otel and _otel is not None:
+    if use_otel and _otel is not None and _otel.recording():
         with _otel.span(name, parent, attributes or {}) as ctx:
             yield ctx
         return
@@ -173,6 +173,10 @@ class _OtelBridge:
             recording = not isinstance(provider, self._inert)
             self._tracer = provider.get_tracer("cairn") if recording else None
         return self._tracer
+
+    def recording(self) -> bool:
+        """Whether a span would be recorded (an SDK provider is installed)."""
+        return self._current_tracer() is not None
 
     @contextmanager
     def span(
