@@ -5,9 +5,12 @@ co-partitioned topics) and by at most one live owner at a time; on revocation an
 owners drain within the grace period before their producers close; a failed owner is replaced
 by a fresh one that re-reads from the committed offsets and the committed state, after a wait
 that grows with the failures in a row (the instance is not ready meanwhile); a fenced owner is
-replaced only if the group still assigns its partition here a session timeout later. Until
-the broker answers and the topics exist it waits (``service.runtime.startup``), not ready, and
-a stop ends that wait at once.
+replaced only if the group still assigns its partition here a session timeout later. Either is
+re-created only once the group coordinator has answered a heartbeat sent after that wait: an
+instance woken from a pause past the session timeout still holds the assignment it lost, and
+an owner re-created then would fence the partition's new owner. Until the broker answers and
+the topics exist it waits (``service.runtime.startup``), not ready, and a stop ends that wait
+at once.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from service.runtime.clients import connection_options
 from service.runtime.commit_stats import CommitStats
 from service.runtime.consumer_loop import ConsumerLoop
 from service.runtime.faults import FaultPoints
+from service.runtime.group_member import KafkaGroupMember
 from service.runtime.kafka_transport import KafkaInput, KafkaTransport
 from service.runtime.loop_lag import LoopLag
 from service.runtime.partition_owner import InFlight, OwnerContext, OwnerExit, PartitionOwner
@@ -39,7 +43,7 @@ from service.runtime.restore import SessionsReader
 from service.runtime.standby import Standby
 from service.runtime.startup import wait_for_topics
 from service.runtime.streams import InstanceStream, PartitionStreams, Streams
-from service.runtime.txn_offset_commit import Membership
+from service.runtime.transport import GroupMember
 from service.runtime.txn_stream import TransactionStream
 from service.runtime.txn_v2 import KafkaTxnV2Producer
 from service.sessions.cache import SessionCache
@@ -84,6 +88,7 @@ class Runtime:
         """Set with ``_stopping``: cuts short the waits before owners are re-created."""
         self._tasks: asyncio.TaskGroup | None = None
         self._ctx: OwnerContext | None = None
+        self._member: GroupMember | None = None
         self._standby: Standby | None = None
         self.inflight = InFlight(settings.runtime.max_in_flight)
 
@@ -130,6 +135,9 @@ class Runtime:
             max_partition_fetch_bytes=4 * 1024 * 1024,
         )
         inputs = KafkaInput(consumer)
+        self._member = member = KafkaGroupMember(
+            consumer, group.instance_id, session_timeout_s=group.session_timeout_ms / 1000
+        )
         sessions = SessionsReader(settings.kafka, settings.topics.sessions, self._ops.metrics)
         scratch = None
         root = settings.sessions.store_dir
@@ -161,7 +169,7 @@ class Runtime:
                 transactional_id=transactional_id,
                 group_id=group.group_id,
                 sessions_topic=settings.topics.sessions,
-                membership=lambda: membership_of(consumer, group.instance_id),
+                membership=member.membership,
                 timeout_s=settings.runtime.commit_timeout_s,
                 faults=faults,
                 shared=shared,
@@ -316,7 +324,7 @@ class Runtime:
             )
             # Down until the fresh owner has restored: not ready in the meantime.
             self._ops.readiness.restoring(partition)
-            if await self._waited(delay) and self._still_mine(partition):
+            if await self._waited(delay) and await self._still_member(partition):
                 self._start_owner(partition)
         elif exit_ is OwnerExit.FENCED and not self._stopping:
             await self._recheck_fenced(partition)
@@ -339,7 +347,7 @@ class Runtime:
             wait_s,
         )
         self._ops.readiness.restoring(partition)
-        if await self._waited(wait_s) and self._still_mine(partition):
+        if await self._waited(wait_s) and await self._still_member(partition):
             logger.warning(
                 "partition=<%d> | still owned after being fenced: taking it back", partition
             )
@@ -351,6 +359,32 @@ class Runtime:
             async with asyncio.timeout(seconds):
                 await self._halted.wait()
         return not self._stopping
+
+    async def _still_member(self, partition: int) -> bool:
+        """The partition is still assigned here (:meth:`_still_mine`) and the group coordinator
+        answered a heartbeat sent now that the membership which assigned it is current.
+
+        A process woken from a pause past the session timeout holds its lost assignment until
+        aiokafka's next heartbeat; an owner re-created then starts the partition's producer and
+        fences its new owner. A membership found over is left to the revoke that follows; with
+        no answer the member is asked again a heartbeat interval later, while the partition is
+        still assigned here (a rebalance under way ends in a revoke or a fresh owner).
+        """
+        assert self._member is not None
+        retry_s = self._settings.group.heartbeat_interval_ms / 1000
+        while self._still_mine(partition):
+            current = await self._member.current()
+            if current is not None:
+                if not current:
+                    logger.warning(
+                        "partition=<%d> | group membership over: the owner is not re-created, "
+                        "the partition goes with the rebalance",
+                        partition,
+                    )
+                return current and not self._stopping and self._still_mine(partition)
+            if not await self._waited(retry_s):
+                return False
+        return False
 
     def _still_mine(self, partition: int) -> bool:
         """Assigned here and nobody (a rebalance's fresh owner) serves it yet."""
@@ -388,12 +422,3 @@ def instance_transactional_id(settings: Settings) -> str:
     group = settings.group
     suffix = group.instance_id if group.instance_id is not None else uuid.uuid4().hex[:12]
     return f"{transactional_id_prefix(group)}{suffix}"
-
-
-def membership_of(consumer: AIOKafkaConsumer, instance_id: str | None) -> Membership | None:
-    """The consumer's current group membership; None outside a generation (between losing its
-    membership and rejoining), when no transaction may commit offsets."""
-    coordinator = consumer._coordinator  # aiokafka keeps the generation there
-    if coordinator is None or coordinator.generation < 0 or not coordinator.member_id:
-        return None
-    return Membership(coordinator.generation, coordinator.member_id, instance_id)

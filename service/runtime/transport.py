@@ -10,7 +10,9 @@ failed transaction failing exactly its shares) are tested on an in-memory implem
 group consumer of the input topics: fetch a batch, the assignment, pause and resume, seek, where
 a partition begins), so the consumer loop and the partition owner are unit-tested the same way
 on an in-memory one, and run on ``kafka_transport.KafkaInput``, a thin wrapper of
-``AIOKafkaConsumer``.
+``AIOKafkaConsumer``. The same consumer's place in the group is :class:`GroupMember` (its
+membership, and a heartbeat that asks the group coordinator whether it is still current), which
+the runtime asks before it re-creates an owner (``group_member.KafkaGroupMember`` on the broker).
 
 Two producers implement :class:`TxnProducer` on the broker: ``kafka_transport.KafkaTxnProducer``,
 aiokafka's producer (Kafka's transactions version 1), and ``txn_v2.KafkaTxnV2Producer``, the
@@ -140,6 +142,20 @@ class InputSource(Protocol):
     async def beginning_offsets(
         self, partitions: list[TopicPartition]
     ) -> dict[TopicPartition, int]: ...
+
+
+class GroupMember(Protocol):
+    """This instance's member of the consumer group: the membership it last joined with, which
+    it keeps until it hears that the group moved on (after a pause past the session timeout,
+    only at its next heartbeat), and a question to the group coordinator about it."""
+
+    def membership(self) -> Membership | None:
+        """The generation and member id as this member knows them; None outside a generation."""
+
+    async def current(self) -> bool | None:
+        """A heartbeat sent now: True when the coordinator answers that :meth:`membership` is
+        still the group's current one, False when it answers that it is over (or there is
+        none), None with no answer to go by (no coordinator, a rebalance under way)."""
 
 
 def discard(futures: Iterable[asyncio.Future[Any]]) -> None:

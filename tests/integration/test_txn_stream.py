@@ -21,9 +21,9 @@ from aiokafka.structs import OffsetAndMetadata
 
 from service.runtime.committer import Committer
 from service.runtime.faults import FaultPoints
+from service.runtime.group_member import membership_of
 from service.runtime.kafka_transport import KafkaTransport
 from service.runtime.offsets import OffsetTracker
-from service.runtime.runtime import membership_of
 from service.runtime.txn_offset_commit import Membership
 from service.runtime.txn_stream import GroupFencedError, TransactionStream
 from service.runtime.txn_v2 import KafkaTxnV2Producer

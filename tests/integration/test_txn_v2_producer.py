@@ -15,7 +15,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import MessageSizeTooLargeError, ProducerFenced
 from aiokafka.structs import OffsetAndMetadata
 
-from service.runtime.runtime import membership_of
+from service.runtime.group_member import membership_of
 from service.runtime.transport import GroupFencedError
 from service.runtime.txn_offset_commit import Membership
 from service.runtime.txn_v2 import KafkaTxnV2Producer

@@ -12,11 +12,13 @@ What it models: logs of records per partition, each record committed, aborted or
 its producer's transaction; transactional ids with a producer epoch (InitProducerId aborts what
 the previous epoch left open and fences it); a consumer group with a generation and members, and
 its committed offsets with their metadata, which a transaction's offset commit only moves when
-the transaction commits, and which are unstable while one is open; markers per producer id (an
-ABORT or COMMIT marker ends every batch its transactional id left open on the partition);
-records the broker refuses for good (a topic whose records are too large); read_committed
-readers that stop at a partition's first open batch. What it does not: partitions added to a
-transaction one by one, markers written late, timeouts on the broker's side, fetch sessions.
+the transaction commits, and which are unstable while one is open; a member of the group that
+keeps the membership it joined with until a heartbeat tells it the group moved on; markers per
+producer id (an ABORT or COMMIT marker ends every batch its transactional id left open on the
+partition); records the broker refuses for good (a topic whose records are too large);
+read_committed readers that stop at a partition's first open batch. What it does not:
+partitions added to a transaction one by one, markers written late, timeouts on the broker's
+side, fetch sessions.
 """
 
 from __future__ import annotations
@@ -55,9 +57,11 @@ CALLS = (
     "commit",
     "abort",
     "fetch",
+    "heartbeat",
 )
 """Every call of the transport a failure can be injected at (``delivery``: the broker refuses a
-sent batch; ``fetch``: the group's offsets)."""
+sent batch; ``fetch``: the group's offsets; ``heartbeat``: a group member's question whether its
+membership is current)."""
 INPUT_CALLS = (
     "input.fetch",
     "input.assignment",
@@ -88,6 +92,7 @@ INJECTION_POINTS: dict[str, tuple[str, ...]] = {
     "TxnProducer.commit": ("commit",),
     "TxnProducer.abort": ("abort",),
     "GroupOffsets.fetch": ("fetch",),
+    "GroupMember.current": ("heartbeat",),
     **{f"InputSource.{call.removeprefix('input.')}": (call,) for call in INPUT_CALLS},
     **{f"Sessions.{call.removeprefix('sessions.')}": (call,) for call in SESSIONS_CALLS},
     "Changelog.bounds": ("bounds",),
@@ -99,6 +104,7 @@ NO_FAILURE: dict[str, str] = {
     "GroupOffsets.start": "called by the runtime once before it joins; a failure stops it",
     "GroupOffsets.close": "called by the runtime as it ends, errors suppressed",
     "Transport.producer": "makes a producer object, no I/O",
+    "GroupMember.membership": "reads the member's own state, no I/O",
 }
 """Protocol calls with no failure to inject, and why."""
 
@@ -443,6 +449,28 @@ class MemoryGroupOffsets:
                 offset, metadata = kafka.committed.get(tp, (-1, ""))
                 found[tp] = (offset, metadata, 0)
         return found
+
+
+class MemoryMember:
+    """An instance's member of the in-memory group: the membership it joined with, kept as it
+    is when the group moves on (:meth:`MemoryKafka.rebalance`); only a heartbeat finds it over."""
+
+    def __init__(self, kafka: MemoryKafka) -> None:
+        self.kafka = kafka
+        self.joined = kafka.membership()
+
+    def membership(self) -> Membership | None:
+        return self.joined
+
+    async def current(self) -> bool | None:
+        """None when an injected failure makes the heartbeat go unanswered."""
+        kafka = self.kafka
+        try:
+            await kafka.enter("group", "heartbeat")
+        except Exception:  # no answer, as the broker's member reports a failed request
+            return None
+        joined = self.joined
+        return joined.generation_id == kafka.generation and joined.member_id in kafka.members
 
 
 class MemoryChangelog:

@@ -1,18 +1,25 @@
 """Re-creation of a failed partition owner: logged as a warning with the partition and the error,
-spaced by an exponential backoff that a commit resets, and not ready while the partition is down.
+spaced by an exponential backoff that a commit resets, not ready while the partition is down,
+and only once the group coordinator answered a heartbeat sent after the wait: an instance whose
+membership is over (woken from a pause past the session timeout, before its own heartbeat told
+it) starts no producer that would fence the partition's new owner.
 
-The owners are stand-ins that fail on command; no broker is involved (nothing of Kafka runs).
+The owners of the backoff tests are stand-ins that fail on command; those of the membership
+tests are real owners on the in-memory Kafka. No broker is involved.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from itertools import pairwise
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from aiokafka.errors import KafkaConnectionError
 
 from service.observability.operability import Operability
 from service.runtime.partition_owner import OwnerExit
@@ -20,9 +27,23 @@ from service.runtime.restart_backoff import RestartBackoff
 from service.runtime.runtime import Runtime
 from service.runtime.txn_stream import CommitFailedError
 from service.settings import Settings
+from tests.support.memory_kafka import MemoryKafka, MemoryMember
+from tests.support.owner_harness import (
+    PARTITION_0,
+    Instance,
+    answered,
+    command,
+    committed,
+    put,
+    shorten_waits,
+    until,
+)
+
+pytestmark = pytest.mark.timeout(60)
 
 INITIAL_S = 0.1
 CAP_S = 0.4
+HEARTBEAT_MS = 100
 
 
 def test_the_wait_doubles_up_to_the_cap_and_a_success_resets_it() -> None:
@@ -78,10 +99,12 @@ class _StandInOwner:
         return OwnerExit.FAILED
 
 
-async def _run(steps: list[str], ops: Operability) -> _Script:
+async def _run(steps: list[str], ops: Operability, kafka: MemoryKafka | None = None) -> _Script:
     script = _Script(steps)
+    settings = Settings()
+    settings.group.heartbeat_interval_ms = HEARTBEAT_MS
     runtime = Runtime(
-        Settings(),
+        settings,
         {},
         operability=ops,
         owner_factory=lambda partition, ctx: _StandInOwner(  # type: ignore[arg-type,return-value]
@@ -100,6 +123,7 @@ async def _run(steps: list[str], ops: Operability) -> _Script:
         # The runtime's own task group and owner context, as run() would set them up.
         runtime._tasks = tasks
         runtime._ctx = SimpleNamespace(on_restored=runtime._restored)  # type: ignore[assignment]
+        runtime._member = MemoryMember(kafka or MemoryKafka())
         watcher = tasks.create_task(watch_readiness())
         await runtime._assign({3})
         await asyncio.wait_for(script.serving.wait(), 10)
@@ -142,3 +166,64 @@ async def test_a_commit_since_the_last_failure_resets_the_backoff() -> None:
     assert gaps[0] >= INITIAL_S * 0.9 and gaps[1] >= 2 * INITIAL_S * 0.9
     # Back to the shortest wait, well below the 4x a third failure in a row would have cost.
     assert INITIAL_S * 0.9 <= gaps[2] < 3 * INITIAL_S, gaps
+
+
+async def test_a_heartbeat_left_unanswered_is_sent_again_a_heartbeat_interval_later() -> None:
+    kafka = MemoryKafka()
+    kafka.fail("heartbeat", KafkaConnectionError("coordinator moving"), times=2)
+    script = await _run(["fail", "serve"], Operability(port=None), kafka)
+    assert [call for call in kafka.calls if call[1] == "heartbeat"] == [("group", "heartbeat")] * 3
+    (gap,) = _gaps(script.started)
+    wanted = INITIAL_S + 2 * HEARTBEAT_MS / 1000
+    assert wanted * 0.9 <= gap < wanted + 1.0, gap
+
+
+@pytest.mark.parametrize("membership_over", [False, True], ids=["member", "membership over"])
+async def test_a_failed_owner_is_re_created_only_while_the_group_counts_this_member(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, membership_over: bool
+) -> None:
+    """An instance paused past the session timeout lost partition 0 to another instance, whose
+    owner started the partition's producer (the same transactional id, ``<group>-0``) and
+    aborted the paused one's transaction. Woken, the instance's owner fails at its next commit
+    and the instance still holds partition 0 until its own heartbeat tells it otherwise: an
+    owner re-created in that window started the producer again and fenced the live owner. On a
+    member in good standing a failed owner is re-created after its backoff, as before."""
+    shorten_waits(monkeypatch)
+    kafka = MemoryKafka()
+    put(kafka, command(0))
+    async with Instance(kafka, tmp_path, partition_streams=True) as instance:
+        runtime = Runtime(
+            instance.settings,
+            {},
+            restart_backoff=lambda: RestartBackoff(initial_s=INITIAL_S, cap_s=CAP_S),
+        )
+        async with asyncio.timeout(30), asyncio.TaskGroup() as tasks:
+            # What run() sets up, around the instance's consumer loop and stream factory.
+            runtime._tasks = tasks
+            runtime._ctx = instance.ctx
+            runtime._owners = instance.owners
+            runtime._member = MemoryMember(kafka)
+            await runtime._assign({0})
+            first = runtime._owners[0]
+            owning = runtime._owner_tasks[first]
+            await until(lambda: committed(kafka) == 1, "c0 committed")
+            if membership_over:
+                kafka.rebalance()  # the group moved on during the pause; the member has not heard
+            starts = kafka.calls.count((PARTITION_0, "start"))
+            kafka.fail("send", KafkaConnectionError("the commit failed"))
+            put(kafka, command(1))
+            failed_at = asyncio.get_running_loop().time()
+            await owning
+            assert first.exit is OwnerExit.FAILED
+            if membership_over:
+                assert 0 not in runtime._owners, "an owner was re-created for a lost partition"
+                assert ("group", "heartbeat") in kafka.calls, "the member was not asked"
+            else:
+                assert runtime._owners[0] is not first
+                took_s = asyncio.get_running_loop().time() - failed_at
+                assert took_s < INITIAL_S + 0.5, "not re-created promptly (backoff, heartbeat)"
+                await until(lambda: committed(kafka) == 2, "c1 committed by the re-created owner")
+                await runtime._stop_owners({0})
+    restarted = kafka.calls.count((PARTITION_0, "start")) - starts
+    assert restarted == (0 if membership_over else 1), "producers started after the failure"
+    assert answered(kafka) == Counter({"c0": 1} if membership_over else {"c0": 1, "c1": 1})

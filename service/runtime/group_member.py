@@ -1,0 +1,65 @@
+"""The instance's consumer group membership on the broker (a
+:class:`~service.runtime.transport.GroupMember` over aiokafka's group coordinator).
+
+Guarantee: :meth:`KafkaGroupMember.current` is True only on the group coordinator's answer to a
+heartbeat sent by that very call, received within a session timeout of sending it; so it proves
+the membership current after whatever preceded the call, a pause of the process included (a
+pause while the request was out makes the answer too late to count). aiokafka keeps its own
+heartbeat's outcome to itself (its routine acts on it and keeps no record), so the member sends
+one of its own, aiokafka's request with the membership aiokafka holds, to the coordinator
+aiokafka found; it changes nothing of aiokafka's state but what ``_send_req`` does on a failed
+request (marking the coordinator for a new lookup, as its own heartbeat would).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaError
+from aiokafka.protocol.group import HeartbeatRequest
+
+from service.runtime.kafka_transport import FENCED_BY_GROUP
+from service.runtime.txn_offset_commit import Membership
+
+
+class KafkaGroupMember:
+    def __init__(
+        self, consumer: AIOKafkaConsumer, instance_id: str | None, *, session_timeout_s: float
+    ) -> None:
+        self._consumer = consumer
+        self._instance_id = instance_id
+        self._session_timeout_s = session_timeout_s
+
+    def membership(self) -> Membership | None:
+        return membership_of(self._consumer, self._instance_id)
+
+    async def current(self) -> bool | None:
+        membership = self.membership()
+        if membership is None:
+            return False
+        coordinator = self._consumer._coordinator  # aiokafka keeps the generation there
+        request = HeartbeatRequest(
+            coordinator.group_id, membership.generation_id, membership.member_id
+        )
+        loop = asyncio.get_running_loop()
+        sent = loop.time()
+        try:
+            async with asyncio.timeout(self._session_timeout_s):
+                response = await coordinator._send_req(request)
+        except (KafkaError, TimeoutError):
+            return None
+        if loop.time() - sent >= self._session_timeout_s:
+            return None  # it may have waited out a pause: the group may have moved on since
+        if response.error_code == 0:
+            return True
+        return False if response.error_code in FENCED_BY_GROUP else None
+
+
+def membership_of(consumer: AIOKafkaConsumer, instance_id: str | None) -> Membership | None:
+    """The consumer's current group membership; None outside a generation (between losing its
+    membership and rejoining), when no transaction may commit offsets."""
+    coordinator = consumer._coordinator  # aiokafka keeps the generation there
+    if coordinator is None or coordinator.generation < 0 or not coordinator.member_id:
+        return None
+    return Membership(coordinator.generation, coordinator.member_id, instance_id)
