@@ -20,9 +20,9 @@ import contextlib
 import logging
 import tempfile
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
@@ -43,7 +43,7 @@ from service.runtime.restore import SessionsReader
 from service.runtime.standby import Standby
 from service.runtime.startup import wait_for_topics
 from service.runtime.streams import InstanceStream, PartitionStreams, Streams
-from service.runtime.transport import GroupMember
+from service.runtime.transport import GroupMember, discard
 from service.runtime.txn_stream import TransactionStream
 from service.runtime.txn_v2 import KafkaTxnV2Producer
 from service.sessions.cache import SessionCache
@@ -316,7 +316,7 @@ class Runtime:
             delay = backoff.failed()
             logger.warning(
                 "partition=<%d>, error=<%r>, failures=<%d>, retry_in_s=<%.1f> | partition owner "
-                "failed, it will be re-created",
+                "failed, it is re-created then if this instance is still a member of the group",
                 partition,
                 owner.error,
                 backoff.failures,
@@ -373,7 +373,9 @@ class Runtime:
         assert self._member is not None
         retry_s = self._settings.group.heartbeat_interval_ms / 1000
         while self._still_mine(partition):
-            current = await self._member.current()
+            current = await self._unless_stopped(self._member.current())
+            if self._stopping:
+                return False
             if current is not None:
                 if not current:
                     logger.warning(
@@ -385,6 +387,17 @@ class Runtime:
             if not await self._waited(retry_s):
                 return False
         return False
+
+    async def _unless_stopped(self, asking: Coroutine[Any, Any, bool | None]) -> bool | None:
+        """``asking``'s answer; None at once when the instance begins stopping meanwhile (an
+        unanswered heartbeat would otherwise hold the stop up to a session timeout)."""
+        answer = asyncio.ensure_future(asking)
+        halted = asyncio.ensure_future(self._halted.wait())
+        try:
+            await asyncio.wait((answer, halted), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            discard((answer, halted))
+        return answer.result() if answer.done() and not answer.cancelled() else None
 
     def _still_mine(self, partition: int) -> bool:
         """Assigned here and nobody (a rebalance's fresh owner) serves it yet."""

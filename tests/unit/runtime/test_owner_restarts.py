@@ -227,3 +227,35 @@ async def test_a_failed_owner_is_re_created_only_while_the_group_counts_this_mem
     restarted = kafka.calls.count((PARTITION_0, "start")) - starts
     assert restarted == (0 if membership_over else 1), "producers started after the failure"
     assert answered(kafka) == Counter({"c0": 1} if membership_over else {"c0": 1, "c1": 1})
+
+
+async def test_a_stop_does_not_wait_for_a_heartbeat_left_unanswered() -> None:
+    # The member's heartbeat waits up to a session timeout for the coordinator; a stop ends
+    # the question at once, and nothing is re-created.
+    kafka = MemoryKafka()
+    gate = kafka.hang("heartbeat")
+    script = _Script(["fail", "serve"])
+    runtime = Runtime(
+        Settings(),
+        {},
+        operability=Operability(port=None),
+        owner_factory=lambda partition, ctx: _StandInOwner(  # type: ignore[arg-type,return-value]
+            script, partition, ctx
+        ),
+        restart_backoff=lambda: RestartBackoff(initial_s=INITIAL_S, cap_s=CAP_S),
+    )
+    loop = asyncio.get_running_loop()
+    async with asyncio.timeout(5):
+        async with asyncio.TaskGroup() as tasks:
+            runtime._tasks = tasks
+            runtime._ctx = SimpleNamespace(on_restored=runtime._restored)  # type: ignore[assignment]
+            runtime._member = MemoryMember(kafka)
+            await runtime._assign({3})
+            while ("group", "heartbeat") not in kafka.calls:
+                await asyncio.sleep(0.005)
+            stopped_at = loop.time()
+            await runtime.drain()
+        took_s = loop.time() - stopped_at  # the task group waited for the failed owner's task
+    assert not gate.is_set()
+    assert len(script.started) == 1, "an owner was re-created while stopping"
+    assert took_s < 1.0, took_s
