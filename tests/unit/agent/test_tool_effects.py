@@ -16,10 +16,10 @@ import pytest
 from service.agent.cancel import CancelSignal
 from service.agent.errors import InvalidInputError
 from service.agent.events import ToolFinished, ToolLedger, ToolStarted
-from service.agent.executor import TIMEOUT_GRACE_S
 from service.agent.loop import Invocation, resolve_cancel, run_invocation
 from service.agent.outcomes import OUTCOME_UNKNOWN, answer_problem, outcome_interrupt_id
 from service.agent.state import SessionState
+from service.agent.tool_call import TIMEOUT_GRACE_S
 from service.agent.tools import ToolContext, ToolPolicy, tool
 from service.agent.types import Interrupt
 from tests.unit.agent.engine_helpers import (
