@@ -145,10 +145,14 @@ class AfterToolCallEvent(HookEvent):
     """Fires after one tool ran, or was skipped by a before-tool-call hook's ``cancel_tool``
     (never for a toolUse whose name is invalid); ``result`` may be replaced by the callback.
 
-    ``exception`` is what the tool raised, a stray ``asyncio.CancelledError`` included (for a
-    tool the agent does not have, an ``Exception`` with the ``Unknown tool: <name>`` text);
-    ``cancel_message`` the skip's text when a before-tool-call hook skipped it. ``result`` is the
-    content block ``{"toolResult": ...}`` (Strands' is the bare ToolResult).
+    ``exception`` is what the tool raised, a stray ``asyncio.CancelledError`` included, or what
+    the reference reports for a result that is not the tool's: for an input the tool's
+    validation refuses, the ``ValueError`` whose text the result gives; for a toolUse without an
+    input, ``KeyError('input')``; for a tool the agent does not have, an ``Exception`` with the
+    ``Unknown tool: <name>`` text. ``cancel_message`` is the skip's text when a before-tool-call
+    hook skipped it. ``tool`` is None for a tool the agent does not have and for a skipped call,
+    as the reference's ``selected_tool``. ``result`` is the content block ``{"toolResult": ...}``
+    (Strands' is the bare ToolResult).
 
     A callback that raises (after the tool ran) makes the result ``Error: <its text>``, and the
     callbacks fire again with that result and what it raised as ``exception``; raising again

@@ -49,6 +49,7 @@ from service.agent.messages import (
     results_message,
     tool_uses,
     unidentified_tool_use,
+    with_inputs,
     without_tool_uses,
 )
 from service.agent.pause_cancel import resolve_cancel
@@ -183,6 +184,12 @@ async def run_invocation(
                         ):
                             # Its results could not be matched to its calls.
                             failure, reply = ModelError(problem), None
+                        # A toolUse of a reply has an input, as the reference's stream gives it.
+                        if (
+                            reply is not None
+                            and (filled := with_inputs(reply.message)) is not reply.message
+                        ):
+                            reply = dataclasses.replace(reply, message=filled)
                         tracing.model_outcome(model_span, reply, failure, cancelled=cancelled)
                 if failure is not None:
                     metrics.model_ms += (time.perf_counter() - started) * 1000.0

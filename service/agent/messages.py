@@ -136,6 +136,24 @@ def unidentified_tool_use(message: Message) -> str | None:
     return None
 
 
+def with_inputs(message: Message) -> Message:
+    """A model's reply with ``"input": {}`` in each toolUse that has none; ``message`` itself
+    when all have one. The reference's stream processor gives every toolUse of a reply an
+    input, so such a call runs with no arguments; a toolUse without one that reaches a batch
+    otherwise (a prompt of messages) is answered with the reference's error for it
+    (:func:`~service.agent.results.missing_input`)."""
+    content = message.get("content", ())
+    if all("input" in block["toolUse"] for block in content if "toolUse" in block):
+        return message
+    filled = [
+        {"toolUse": {**block["toolUse"], "input": {}}}
+        if "toolUse" in block and "input" not in block["toolUse"]
+        else block
+        for block in content
+    ]
+    return {**message, "content": filled}
+
+
 def asked_tools(messages: list[Message]) -> Message | None:
     """The last message when it is the assistant's with tool calls that have no results yet (a
     prompt of messages can end so): they are run as if the model had just asked for them."""

@@ -59,6 +59,16 @@ def unknown_tool_text(name: str) -> str:
     return f"Unknown tool: {name}"
 
 
+def missing_input() -> tuple[str, KeyError]:
+    """The reference's error text, and the exception its after-tool-call hooks see, for a
+    toolUse without an ``input`` (a prompt of messages or a custom model provider can hold one;
+    a model's reply under the reference always has one): its executor reads that key to open
+    the tool call's span, before it looks the tool up or runs it, and tells the ``KeyError``
+    as any failure of its own, ``Error: 'input'``."""
+    exception = KeyError("input")
+    return f"Error: {exception}", exception
+
+
 TOOL_NAME_MAX_LENGTH = 64
 # ``match`` with ``$``: a single trailing newline passes the pattern (and counts toward the
 # length), exactly the names the reference accepts.

@@ -31,6 +31,7 @@ from service.agent.results import (
     error_result,
     escaped_failure,
     failure,
+    missing_input,
     result_status,
     timeout_text,
     tool_result,
@@ -72,11 +73,12 @@ async def before_call(run: BatchRun, use: dict[str, Any], tool: Tool | None) -> 
         block = checked(run, use["toolUseId"], error_result(use["toolUseId"], text))
         if hooks.has(AfterToolCallEvent):
             # As for a tool that ran: the after-tool-call hooks see (and may replace) the result.
+            # No tool was selected to run, as the reference reports a skipped call.
             after = AfterToolCallEvent(
                 run.agent,
                 run.session_id,
                 use,
-                tool,
+                None,
                 block,
                 cancel_message=text,
                 invocation_state=run.invocation_state,
@@ -127,7 +129,7 @@ async def _invoke(tool: Tool, use: dict[str, Any], context: ToolContext, run: Ba
     grace it is abandoned (an async tool is cancelled; a sync one's thread cannot be)."""
     timeout_s = tool.policy.timeout_s
     # As the model gave it, null and lists included: refusing what it cannot take is the tool's.
-    tool_input = use.get("input", {})
+    tool_input = use["input"]
     if timeout_s is None:
         return await guarded(tool.invoke(tool_input, context))
     task = asyncio.ensure_future(guarded(tool.invoke(tool_input, context)))
@@ -179,7 +181,11 @@ async def _traced_call(
     name = use.get("name", "")
     started = time.perf_counter()
     exception: BaseException | None = None
-    if tool is None:
+    if "input" not in use:
+        # Not run, the agent's tool or not: the reference fails on it before either.
+        text, exception = missing_input()
+        block = checked(run, tool_use_id, error_result(tool_use_id, text))
+    elif tool is None:
         # The name is the model's: measured too, so no result escapes the maximum size.
         text = unknown_tool_text(name)
         block = checked(run, tool_use_id, error_result(tool_use_id, text))

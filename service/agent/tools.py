@@ -129,9 +129,9 @@ class Tool(abc.ABC):
     async def invoke(self, input: Any, context: ToolContext) -> Any:
         """Run once and return the raw value (mapped to a toolResult by the engine).
 
-        ``input`` is the toolUse's ``input`` as the model gave it (``{}`` when it gave none):
-        meant to be an object, it may be any JSON value (``null``, a list, ...), which the tool
-        refuses by raising.
+        ``input`` is the toolUse's ``input`` as the model gave it (a toolUse without one is
+        not run, as under the reference): meant to be an object, it may be any JSON value
+        (``null``, a list, ...), which the tool refuses by raising.
         """
 
 

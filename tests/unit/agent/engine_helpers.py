@@ -11,7 +11,15 @@ from typing import Any
 from service.agent.cancel import CancelSignal
 from service.agent.definition import AgentDefinition
 from service.agent.events import Event, Stopped
-from service.agent.hooks import HookProvider
+from service.agent.hooks import (
+    AfterToolCallEvent,
+    AfterToolsEvent,
+    BeforeToolCallEvent,
+    BeforeToolsEvent,
+    HookProvider,
+    HookRegistry,
+    MessageAddedEvent,
+)
 from service.agent.loop import Invocation, run_invocation
 from service.agent.messages import result_keys, result_order
 from service.agent.results import tool_name_error
@@ -147,6 +155,52 @@ def resume(outcome_or_checkpoint: Outcome | dict[str, Any]) -> dict[str, Any]:
     )
     assert checkpoint is not None
     return {"checkpointResume": {"checkpoint": checkpoint}}
+
+
+class ToolHookLog(HookProvider):
+    """Records the tool hooks' events with the fields the reference's events have, in order:
+    ``("before_tools", ids)``, ``("before_call", toolUseId, name)``, ``("after_call", {...})``,
+    ``("after_tools", results)``, ``("added", message)``; ``cancel`` maps a tool name to the
+    ``cancel_tool`` its before-tool-call event gets."""
+
+    def __init__(self, cancel: dict[str, bool | str] | None = None) -> None:
+        self.seen: list[tuple[Any, ...]] = []
+        self.cancel = cancel or {}
+
+    def register_hooks(self, registry: HookRegistry) -> None:
+        registry.add_callback(BeforeToolsEvent, self.before_tools)
+        registry.add_callback(BeforeToolCallEvent, self.before_call)
+        registry.add_callback(AfterToolCallEvent, self.after_call)
+        registry.add_callback(AfterToolsEvent, self.after_tools)
+        registry.add_callback(MessageAddedEvent, lambda e: self.seen.append(("added", e.message)))
+
+    def before_tools(self, event: BeforeToolsEvent) -> None:
+        self.seen.append(("before_tools", [u["toolUseId"] for u in event.tool_uses]))
+
+    def before_call(self, event: BeforeToolCallEvent) -> None:
+        self.seen.append(("before_call", event.tool_use["toolUseId"], event.tool_use.get("name")))
+        if event.tool_use.get("name") in self.cancel:
+            event.cancel_tool = self.cancel[event.tool_use["name"]]
+
+    def after_call(self, event: AfterToolCallEvent) -> None:
+        selected = event.selected_tool
+        fields = {
+            "tool_use": event.tool_use,
+            "selected_tool": None if selected is None else selected.name,
+            "result": event.result["toolResult"],
+            "exception": event.exception,
+            "cancel_message": event.cancel_message,
+            "duration": event.duration,
+        }
+        self.seen.append(("after_call", fields))
+
+    def after_tools(self, event: AfterToolsEvent) -> None:
+        self.seen.append(("after_tools", [b["toolResult"] for b in event.results]))
+
+    def take(self) -> list[tuple[Any, ...]]:
+        """What was recorded since the last take."""
+        seen, self.seen = self.seen, []
+        return seen
 
 
 def answers(*pairs: tuple[str, Any]) -> list[dict[str, Any]]:
