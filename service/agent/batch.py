@@ -38,6 +38,9 @@ class BatchRun:
     """Who runs the batch, as the ledger records it."""
     tracer: tracing.Tracer = tracing.NO_TRACING
     """Gets a span per tool call."""
+    answered: frozenset[str] = frozenset()
+    """For a batch resumed from an interrupt, the toolUseIds with a result at the pause: their
+    other calls neither run nor get a result (:func:`~service.agent.messages.resume_skipped`)."""
     raised: dict[str, Interrupt] = field(default_factory=dict)
     """Interrupts raised by this run, by the raising toolUse's result key (:meth:`key`; ""
     for the before-tools hook)."""

@@ -19,6 +19,9 @@ interrupt or skip it), no started/finished events, span or tool metrics. A valid
 tool of the agent has is a tool call like any other, whose result is ``Unknown tool: <name>``.
 As in the reference, a toolUse with a valid name whose toolUseId the model also gave one with
 an invalid name is dropped (:func:`~service.agent.messages.name_shadowed`): no run, no result.
+So is, in a batch resumed from an interrupt, a toolUse without a result whose toolUseId has one
+from before the pause (:func:`~service.agent.messages.resume_skipped`): the reference resumes
+by toolUseId.
 
 A tool raising ``KeyboardInterrupt`` or ``SystemExit`` ends the batch there (``run.aborted``):
 no tool starts after it, and neither its after-tool-call nor the after-tools hooks fire.
@@ -43,7 +46,7 @@ from service.agent.batch import BatchRun, LedgerChanged
 from service.agent.events import Event, ToolFinished, ToolStarted
 from service.agent.hooks import AfterToolsEvent, BeforeToolsEvent
 from service.agent.interrupts import InterruptSignal
-from service.agent.messages import name_shadowed, result_keys, result_order
+from service.agent.messages import name_shadowed, result_keys, result_order, resume_skipped
 from service.agent.outcomes import (
     OUTCOME_UNKNOWN,
     answered_block,
@@ -200,12 +203,13 @@ def _unfinished(run: BatchRun) -> Literal["error", "interrupted"]:
 def _check_names(run: BatchRun, uses: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Give each toolUse without a result whose name is invalid its error result; return the
     others without a result, the ones left to run, but for those it shadows
-    (:func:`~service.agent.messages.name_shadowed`), which get no result."""
+    (:func:`~service.agent.messages.name_shadowed`) and those a resume skips
+    (:func:`~service.agent.messages.resume_skipped`), which get no result."""
     todo = []
     invalid_ids = {use["toolUseId"] for use in run.uses if tool_name_error(use) is not None}
     for use in uses:
         key = run.key(use)
-        if key in run.results:
+        if key in run.results or resume_skipped(use, key, run.results, run.answered):
             continue
         text = tool_name_error(use)
         if text is None:
@@ -291,7 +295,7 @@ async def run_batch(run: BatchRun) -> AsyncIterator[Event | LedgerChanged]:
     if run.stopped:
         # Cancel beats interrupt and checkpoint: every toolUse gets its result now, so the
         # after-tools event carries exactly the results message the loop appends.
-        for use, key in result_order(run.uses, run.results):
+        for use, key in result_order(run.uses, run.results, run.answered):
             if key not in run.results:
                 run.results[key] = error_result(use["toolUseId"], CANCELLED_TEXT)
     elif "" in run.raised:
@@ -299,7 +303,9 @@ async def run_batch(run: BatchRun) -> AsyncIterator[Event | LedgerChanged]:
         return
     if hooks.has(AfterToolsEvent):
         ordered = [
-            run.results[key] for _, key in result_order(run.uses, run.results) if key in run.results
+            run.results[key]
+            for _, key in result_order(run.uses, run.results, run.answered)
+            if key in run.results
         ]
         await hooks.fire(
             AfterToolsEvent(

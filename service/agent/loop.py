@@ -295,6 +295,7 @@ async def run_invocation(
             started=pending.started,
             instance=invocation.instance,
             tracer=run.tracer,
+            answered=pending.resume_answered(),
         )
         async for event in run_batch(batch):
             if isinstance(event, LedgerChanged):
@@ -308,7 +309,7 @@ async def run_invocation(
             return
         if batch.stopped:
             # Cancel beats interrupt and checkpoint; the batch gave every toolUse a result.
-            await run.add(results_message(uses, pending.results, CANCELLED_TEXT))
+            await run.add(results_message(uses, pending.results, CANCELLED_TEXT, batch.answered))
             ws.pending = None
             yield await run.finish("cancelled", await run.cancel_after_model(message))
             return
@@ -322,7 +323,7 @@ async def run_invocation(
             yield InterruptRaised(raised)
             yield await run.finish("interrupt", message, interrupts=raised)
             return
-        await run.add(results_message(uses, pending.results, CANCELLED_TEXT))
+        await run.add(results_message(uses, pending.results, CANCELLED_TEXT, batch.answered))
         ws.pending = None
         if cancel_signal.is_set:
             # Came while the after-tools hooks ran, once the batch had all its results: the

@@ -216,6 +216,22 @@ def result_keys(uses: list[dict[str, Any]]) -> list[str]:
     return keys
 
 
+def answered_ids(results: dict[str, ContentBlock]) -> frozenset[str]:
+    """The toolUseIds with a result in ``results`` (a batch's, kept by :func:`result_keys`)."""
+    return frozenset(key.partition("\x00")[0] for key in results)
+
+
+def resume_skipped(
+    use: dict[str, Any], key: str, results: dict[str, ContentBlock], answered: frozenset[str]
+) -> bool:
+    """Whether ``use`` (kept under ``key``) is neither run nor answered by a batch resumed from
+    an interrupt, whose results at the pause answered the toolUseIds ``answered``: it has no
+    result, and another call of its toolUseId has one. The reference keeps its resume state by
+    toolUseId and runs again only the calls whose id has no result yet, so such an id ends
+    with the results it had at the pause (one call of it may be left without a result)."""
+    return key not in results and use["toolUseId"] in answered
+
+
 def name_shadowed(use: dict[str, Any], checked_ids: set[str]) -> bool:
     """Whether ``use`` gets no result and never runs: its name is valid, but a toolUse of its
     reply with the same toolUseId and an invalid name was answered by the name check (whose
@@ -225,7 +241,9 @@ def name_shadowed(use: dict[str, Any], checked_ids: set[str]) -> bool:
 
 
 def result_order(
-    uses: list[dict[str, Any]], results: dict[str, ContentBlock]
+    uses: list[dict[str, Any]],
+    results: dict[str, ContentBlock],
+    answered: frozenset[str] = frozenset(),
 ) -> list[tuple[dict[str, Any], str]]:
     """The toolUses that get a result, each with its result's key (:func:`result_keys`), in
     the order their results go into the results message.
@@ -233,9 +251,13 @@ def result_order(
     First those the name check answered (:func:`~service.agent.results.tool_name_error`), then
     the others, each group in toolUse order. A toolUse with an invalid name and no result yet,
     or with the cancel result of a batch stopped before it started, is among the others. A
-    toolUse :func:`name_shadowed` by one the name check answered is left out.
+    toolUse :func:`name_shadowed` by one the name check answered is left out, and so is one
+    :func:`resume_skipped` in a batch resumed from an interrupt (``answered``: the toolUseIds
+    with a result at its pause; empty for a batch that was not resumed so).
     """
     keyed = list(zip(uses, result_keys(uses), strict=True))
+    if answered:
+        keyed = [k for k in keyed if not resume_skipped(k[0], k[1], results, answered)]
     first = [_name_checked(use, results.get(key)) for use, key in keyed]
     if not any(first):
         return keyed
@@ -248,13 +270,16 @@ def result_order(
 
 
 def results_message(
-    uses: list[dict[str, Any]], results: dict[str, ContentBlock], missing_text: str
+    uses: list[dict[str, Any]],
+    results: dict[str, ContentBlock],
+    missing_text: str,
+    answered: frozenset[str] = frozenset(),
 ) -> Message:
     """One user message with a result for every toolUse that gets one, in
-    :func:`result_order`; a toolUse without one in ``results`` gets an error result of
-    ``missing_text``."""
+    :func:`result_order` (``answered`` as there); a toolUse without one in ``results`` gets an
+    error result of ``missing_text``."""
     content: list[ContentBlock] = []
-    for use, key in result_order(uses, results):
+    for use, key in result_order(uses, results, answered):
         block = results.get(key)
         content.append(block if block is not None else error_result(use["toolUseId"], missing_text))
     return {"role": "user", "content": content}

@@ -21,7 +21,8 @@ def resolve_cancel(
 
     The history ends as a running invocation cancelled at that point would leave it: with a
     batch pending (after_model or interrupt pause) its tools get ``Tool execution cancelled``
-    (completed results are kept) and only an explicit ``message`` is appended, the result
+    (completed results are kept, and at an interrupt pause a toolUseId with a result gets no
+    more, as a resume would leave it) and only an explicit ``message`` is appended, the result
     carrying the toolUse message otherwise; at an after_tools pause the cancel stands in for
     the next model reply (``message`` or ``Cancelled by user``). The pause becomes stale. A
     session with nothing paused is returned unchanged (with ``message`` None in the result).
@@ -31,7 +32,9 @@ def resolve_cancel(
     if ws.pending is not None:
         assistant = ws.pending.assistant_message
         uses = tool_uses(assistant)
-        append_message(ws.messages, results_message(uses, ws.pending.results, CANCELLED_TEXT))
+        answered = ws.pending.resume_answered()
+        results = results_message(uses, ws.pending.results, CANCELLED_TEXT, answered)
+        append_message(ws.messages, results)
         reply = assistant
         if message is not None:
             reply = append_message(ws.messages, _text(message))

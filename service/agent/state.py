@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.agent.context import ContextState
-from service.agent.messages import NameCheck
+from service.agent.messages import NameCheck, answered_ids
 from service.agent.types import Checkpoint, ContentBlock, Interrupt, Message
 
 SESSION_STATE_VERSION = 2
@@ -46,6 +46,18 @@ class PendingBatch:
     results: dict[str, ContentBlock] = field(default_factory=dict)
     interrupts: list[Interrupt] = field(default_factory=list)
     started: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def resume_answered(self) -> frozenset[str]:
+        """The toolUseIds a resume of this batch runs and answers no more
+        (:func:`~service.agent.messages.resume_skipped`): those with a result once it paused on
+        an interrupt (its interrupts stay listed, answered, until it completes); none before.
+
+        Taken when the batch starts again, so after a crash in a resumed batch it also holds
+        the ids the resume answered before the crash: a toolUseId that had no result at the
+        pause and was given twice, with one call done before the crash, is then left with that
+        one result, as at an interrupt pause.
+        """
+        return answered_ids(self.results) if self.interrupts else frozenset()
 
     def copy(self) -> PendingBatch:
         """Independent copy; blocks and messages are shared (the engine never mutates them)."""

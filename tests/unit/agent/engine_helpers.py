@@ -241,11 +241,13 @@ def _results_by_key(uses: list[dict[str, Any]], message: dict[str, Any]) -> dict
     return blocks
 
 
-def check_history(state: SessionState) -> None:
+def check_history(state: SessionState, resumed_ids: frozenset[str] = frozenset()) -> None:
     """Roles alternate; each toolUse has exactly one toolResult, in the next message, in order
     (:func:`~service.agent.messages.result_order`: name errors first, then toolUse order).
 
-    The assistant message of a pending batch (last in history) is allowed to lack results.
+    The assistant message of a pending batch (last in history) is allowed to lack results, and
+    so is a repeat of a toolUseId of ``resumed_ids`` that has a result from another call (a
+    batch resumed from an interrupt runs no call of an id that had a result at the pause).
     """
     messages = state.messages
     for before, after in itertools.pairwise(messages):
@@ -267,7 +269,11 @@ def check_history(state: SessionState) -> None:
         tool_use_list = [b["toolUse"] for b in message["content"] if "toolUse" in b]
         blocks = _results_by_key(tool_use_list, messages[index + 1])
         following = [r["toolUseId"] for r in results_of(messages[index + 1])]
-        ordered = [u["toolUseId"] for u, _ in result_order(tool_use_list, blocks)]
+        ordered = [
+            u["toolUseId"]
+            for u, key in result_order(tool_use_list, blocks)
+            if key in blocks or u["toolUseId"] not in resumed_ids
+        ]
         # A toolUse the name check's answer to another of its id shadows gets none.
         assert sorted(following) == sorted(ordered), (
             f"results {following} do not match toolUses {uses}"
