@@ -4,7 +4,8 @@ Guarantees: a resume the wire refused as a malformed checkpoint is answered with
 engine's order of checks gives (interrupt pending, then checkpointing off, then malformed,
 incompatible, stale); a resume naming no agent, of a session with no state, is answered as one
 with nothing pending (``checkpoint_stale``, ``no_pending_interrupt``); a dead letter always fits
-in one producer request, so no input record, however large, can block its partition.
+in one producer request, so no input record, however large, can block its partition, and what it
+leaves off of the original to fit is named in its headers.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from service.agent.invocation import Invocation, plan
 from service.agent.state import SessionState
 from service.runtime.work import CommandWork, OutRecord
 from service.sessions.store import StoredSession
-from service.wire.dlq import DLQ_TRUNCATED_FROM
+from service.wire.dlq import DLQ_HEADERS_DROPPED, DLQ_TRUNCATED_FROM, split_dlq_headers
 from service.wire.errors import ErrorCode, WireError
 
 if TYPE_CHECKING:
@@ -41,8 +42,6 @@ message limits of the producer and broker defaults; Cairn's headers make a dead 
 than the record it keeps, so the largest records a topic takes would not fit whole."""
 
 _RECORD_OVERHEAD = 128
-_CAIRN_HEADERS = 6
-"""How many headers Cairn appends to a dead letter (they come last)."""
 
 
 def no_agent_refusal(command: ParsedCommand, agent_name: str | None) -> EngineError:
@@ -146,25 +145,54 @@ def _payload(raw: dict[str, Any]) -> Any:
 
 
 def fit_dead_letter(record: OutRecord, budget: int = DEAD_LETTER_BUDGET) -> OutRecord:
-    """``record`` itself when it fits ``budget``; else its value cut to fit, length in a header."""
+    """``record`` itself when it fits ``budget``; else what fits, every loss named in a header.
+
+    What is kept, in this order: Cairn's headers; the value, whole when it fits beside them; the
+    original headers, the first ones in their order, as many as fit beside those; a value too large
+    to fit even alone is cut to what the kept headers leave. A value cut says so in
+    ``cairn.dlq.truncated_from``, original headers left off in ``cairn.dlq.headers_dropped``, so a
+    reader never takes a partial record for the original.
+    """
     value = record.value or b""
-    headers = record.headers
-    if _size(record.key, value, headers) <= budget:
+    if _size(record.key, value, record.headers) <= budget:
         return record
-    if _size(record.key, b"", headers) > budget:
-        # The original headers alone are too large: only Cairn's are kept.
-        headers = headers[-_CAIRN_HEADERS:]
-    headers = [*headers, (DLQ_TRUNCATED_FROM, str(len(value)).encode())]
-    keep = max(0, budget - _size(record.key, b"", headers))
+    originals, ours = split_dlq_headers(record.headers)
+    room = max(0, budget - _size(record.key, b"", [*ours, *_LOSS_HEADERS]))
+    whole = len(value) <= room
+    kept = _first_that_fit(originals, room - len(value) if whole else room)
+    losses = []
+    if not whole:
+        value = value[: max(0, room - _headers_size(kept))]
+        losses.append((DLQ_TRUNCATED_FROM, str(len(record.value or b"")).encode()))
+    if len(kept) < len(originals):
+        losses.append((DLQ_HEADERS_DROPPED, str(len(originals) - len(kept)).encode()))
     return OutRecord(
         topic=record.topic,
         key=record.key,
-        value=value[:keep],
-        headers=headers,
+        value=value,
+        headers=[*kept, *ours, *losses],
         partition=record.partition,
     )
 
 
+_LOSS_HEADERS = [(DLQ_TRUNCATED_FROM, b"9" * 20), (DLQ_HEADERS_DROPPED, b"9" * 20)]
+"""The headers naming a loss at their largest, set aside before anything else is fitted."""
+
+
+def _first_that_fit(headers: list[tuple[str, bytes]], room: int) -> list[tuple[str, bytes]]:
+    """The longest run of ``headers`` from the first that fits ``room``: a prefix, so that the
+    count left off tells a reader exactly which ones are missing."""
+    used = 0
+    for index, header in enumerate(headers):
+        used += _headers_size([header])
+        if used > room:
+            return headers[:index]
+    return headers
+
+
+def _headers_size(headers: list[tuple[str, bytes]]) -> int:
+    return sum(len(name.encode()) + len(data) + 8 for name, data in headers)
+
+
 def _size(key: bytes | None, value: bytes, headers: list[tuple[str, bytes]]) -> int:
-    sized = sum(len(name.encode()) + len(data) + 8 for name, data in headers)
-    return len(key or b"") + len(value) + sized + _RECORD_OVERHEAD
+    return len(key or b"") + len(value) + _headers_size(headers) + _RECORD_OVERHEAD

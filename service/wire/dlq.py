@@ -1,9 +1,12 @@
 """Dead-letter records: the original record unchanged, plus why and where it came from in headers.
 
-The value, key and original headers are kept byte for byte (only a record too large to keep
-whole loses the end of its value, and says so in ``cairn.dlq.truncated_from``); Cairn appends its
-own headers, all UTF-8 strings, so a reader (or a replay tool) can find the source record again.
-The header schema allows other headers: those of the original record travel with it.
+The value, key and original headers are kept byte for byte, the original headers first and in
+their order; Cairn appends its own, all UTF-8 strings, so a reader (or a replay tool) can find the
+source record again. Only a record too large to keep whole loses something, and says what: the
+end of its value (``cairn.dlq.truncated_from``) or its last original headers
+(``cairn.dlq.headers_dropped``). Cairn's headers are the block that begins at the last
+``cairn.dlq.reason``: an earlier ``cairn.dlq.*`` header (a replayed dead letter carries its old
+ones) is the original record's, kept like any other and never read as Cairn's.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ DLQ_SOURCE_OFFSET = "cairn.dlq.source.offset"
 DLQ_SCHEMA_VERSION = "cairn.dlq.schema_version"
 DLQ_TRUNCATED_FROM = "cairn.dlq.truncated_from"
 """Set only on a dead letter whose value was cut to fit: the original value's length in bytes."""
+DLQ_HEADERS_DROPPED = "cairn.dlq.headers_dropped"
+"""Set only on a dead letter that could not keep every original header: how many of the last
+ones were left off (those kept are the first ones, in their order)."""
 TRACEPARENT = "traceparent"
 """W3C trace context header, read from commands and written on results and events."""
 
@@ -38,6 +44,7 @@ DLQ_HEADER_FIELDS = {
     DLQ_SOURCE_OFFSET: "source_offset",
     DLQ_SCHEMA_VERSION: "schema_version",
     DLQ_TRUNCATED_FROM: "truncated_from",
+    DLQ_HEADERS_DROPPED: "headers_dropped",
 }
 
 Headers = Sequence[tuple[str, bytes]]
@@ -53,7 +60,8 @@ def _string_only(schema: dict[str, Any]) -> None:
 class DlqHeaders(BaseModel):
     """Cairn's headers on a dead-letter record (Kafka header values, decoded as UTF-8).
 
-    Any other header is the original record's, kept as it was.
+    Any other header is the original record's, kept as it was. ``reason`` is the first field:
+    it opens Cairn's block of headers (see :func:`split_dlq_headers`).
     """
 
     # Extra headers are ignored when read and allowed by the published schema: the original
@@ -82,6 +90,16 @@ class DlqHeaders(BaseModel):
             "value's length in bytes (the value kept is its first bytes).",
         ),
     ] = None
+    headers_dropped: Annotated[
+        str | None,
+        Field(
+            alias=DLQ_HEADERS_DROPPED,
+            pattern=r"^[1-9][0-9]*$",
+            json_schema_extra=_string_only,
+            description="Only on a dead letter that could not keep every header of the original "
+            "record: how many were left off, the last ones (those kept are the first, in order).",
+        ),
+    ] = None
 
     def to_headers(self) -> list[tuple[str, bytes]]:
         """Cairn's headers as Kafka headers; an absent optional header is not written."""
@@ -98,7 +116,7 @@ def dlq_headers(
     offset: int,
     code: ErrorCode = "invalid_command",
 ) -> list[tuple[str, bytes]]:
-    """The original headers followed by Cairn's; a later Cairn header wins over an earlier one."""
+    """The original headers followed by Cairn's, which begin with ``cairn.dlq.reason``."""
     ours = DlqHeaders(
         reason=reason[:MAX_REASON_LENGTH] or "unknown",
         code=code,
@@ -110,11 +128,23 @@ def dlq_headers(
     return [*(original or ()), *ours.to_headers()]
 
 
-def read_dlq_headers(headers: Iterable[tuple[str, bytes]]) -> DlqHeaders:
-    """Cairn's headers of a dead-letter record (the last of each name); raises WireError."""
+def split_dlq_headers(
+    headers: Sequence[tuple[str, bytes]],
+) -> tuple[list[tuple[str, bytes]], list[tuple[str, bytes]]]:
+    """The original record's headers and Cairn's: Cairn's are the block from the last
+    ``cairn.dlq.reason`` on, so an original header with a ``cairn.dlq.`` name (one a replayed
+    dead letter carries) is never taken for Cairn's, even one Cairn does not write this time."""
+    starts = [index for index, (name, _) in enumerate(headers) if name == DLQ_REASON]
+    split = starts[-1] if starts else len(headers)
+    return list(headers[:split]), list(headers[split:])
+
+
+def read_dlq_headers(headers: Sequence[tuple[str, bytes]]) -> DlqHeaders:
+    """Cairn's headers of a dead-letter record (see :func:`split_dlq_headers`); raises
+    WireError."""
     found: dict[str, str] = {}
     try:
-        for name, value in headers:
+        for name, value in split_dlq_headers(headers)[1]:
             if name in DLQ_HEADER_FIELDS:
                 found[name] = value.decode()
         return DlqHeaders.model_validate(found)

@@ -23,6 +23,7 @@ from service.runtime.bad_input import DEAD_LETTER_BUDGET
 from service.runtime.partitioning import keyed_partition
 from service.wire.dlq import (
     DLQ_CODE,
+    DLQ_HEADERS_DROPPED,
     DLQ_REASON,
     DLQ_SOURCE_OFFSET,
     DLQ_SOURCE_PARTITION,
@@ -62,7 +63,12 @@ async def stage(
 
 
 async def _send(
-    stage: Stage, key: bytes | None, value: bytes | None, topic: str, partition: int | None = None
+    stage: Stage,
+    key: bytes | None,
+    value: bytes | None,
+    topic: str,
+    partition: int | None = None,
+    headers: list[tuple[str, bytes]] | None = None,
 ) -> None:
     producer = AIOKafkaProducer(
         bootstrap_servers=stage.cluster.bootstrap, max_request_size=2 * 1024 * 1024
@@ -70,7 +76,11 @@ async def _send(
     await producer.start()
     try:
         await producer.send_and_wait(
-            topic, key=key, value=value, headers=[("origin", b"test")], partition=partition
+            topic,
+            key=key,
+            value=value,
+            headers=[("origin", b"test"), *(headers or [])],
+            partition=partition,
         )
     finally:
         await producer.stop()
@@ -399,3 +409,27 @@ async def test_the_largest_record_the_broker_takes_is_dead_lettered(stage: Stage
     after = invoke(key.decode(), "hello", agent="simple")
     await stage.client.send(after)
     assert (await stage.result(after["command_id"]))["stop_reason"] == "end_turn"
+
+
+async def test_a_small_record_with_a_megabyte_of_headers_keeps_its_value_and_first_headers(
+    stage: Stage,
+) -> None:
+    """Headers too large to keep all: the value stays whole and is not called cut."""
+    key = unique("k").encode()
+    big = [(f"h{i}", b"y" * 100_000) for i in range(10)]
+    await _send(stage, key, b"not json at all", stage.cluster.topics.commands, headers=big)
+    await wait_for(
+        lambda: any(d["key"] == key for d in stage.client.dead_letters),
+        30,
+        "dead letter with huge headers",
+        alive=stage.service,
+    )
+    letter = next(d for d in stage.client.dead_letters if d["key"] == key)
+    assert letter["value"] == b"not json at all"
+    headers = letter["headers"]
+    assert DLQ_TRUNCATED_FROM not in headers
+    assert headers[DLQ_HEADERS_DROPPED] == b"1"
+    assert headers["origin"] == b"test"
+    assert [headers[f"h{i}"] for i in range(9)] == [b"y" * 100_000] * 9
+    assert "h9" not in headers
+    assert headers[DLQ_SOURCE_TOPIC] == stage.cluster.topics.commands.encode()
