@@ -126,7 +126,7 @@ def load_agents_file(path: Path, env: Mapping[str, str]) -> dict[str, AgentDefin
         except AgentConfigError as exc:
             problems.extend(exc.problems)
     for spec in specs:
-        problems.extend(_attach_summarizer(spec, agents, f"{path}: agent {spec.name!r}"))
+        problems.extend(_attach_summarizer(spec, specs, agents, f"{path}: agent {spec.name!r}"))
     if problems:
         raise AgentConfigError(*problems)
     return agents
@@ -177,20 +177,21 @@ def build_agent(spec: AgentSpec, env: Mapping[str, str], where: str) -> AgentDef
 
 
 def _attach_summarizer(
-    spec: AgentSpec, agents: dict[str, AgentDefinition], where: str
+    spec: AgentSpec, specs: list[AgentSpec], agents: dict[str, AgentDefinition], where: str
 ) -> list[str]:
-    """Give the agent the summarizer its file names (another agent of the same file); an
-    agent of the file that could not be built has its own problems reported already."""
+    """Give the agent the summarizer its file names (another agent of the same file). The name
+    is checked against the file's agents whether or not either was built, so a bad name shows up
+    in the same run as the agents' other problems (those are reported already)."""
     name = spec.context.summarizer
-    agent = agents.get(spec.name)
-    if name is None or agent is None:
+    if name is None:
         return []
     if name == spec.name:
         return [f"{where}: context summarizer must be another agent, not the agent itself"]
-    summarizer = agents.get(name)
-    if summarizer is None:
+    if name not in {other.name for other in specs}:
         return [f"{where}: context summarizer {name!r} is not a valid agent of this file"]
-    agent.context = dataclasses.replace(agent.context, summarizer=summarizer)
+    agent, summarizer = agents.get(spec.name), agents.get(name)
+    if agent is not None and summarizer is not None:
+        agent.context = dataclasses.replace(agent.context, summarizer=summarizer)
     return []
 
 

@@ -31,32 +31,40 @@ _KINDS: dict[str, tuple[type[BaseModel], Callable[[Any], ModelProvider]]] = {
 def build_provider(
     spec: ProviderSpec, model: str, env: Mapping[str, str], where: str
 ) -> ModelProvider:
+    """The provider, or one error with every problem of it: its key and its options are checked
+    apart, so an unset key does not hide a typo in the options (nor the other way round)."""
     config_type, factory = _KINDS[spec.type]
     options: dict[str, Any] = {**spec.options(), "model_id": model}
-    if spec.api_key_env is not None and "api_key" not in config_type.model_fields:
-        raise AgentConfigError(
+    problems = []
+    takes_key = "api_key" in config_type.model_fields
+    if spec.api_key_env is not None and not takes_key:
+        problems.append(
             f"{where}: provider {spec.type!r} takes no api_key_env: its credentials come from "
             "the standard AWS chain (environment, profile, web identity, instance role)"
         )
-    if spec.api_key_env is not None:
+    elif spec.api_key_env is not None:
         value = env.get(spec.api_key_env)
         if value is None:
-            raise AgentConfigError(
+            problems.append(
                 f"{where}: environment variable {spec.api_key_env!r} (provider.api_key_env) "
                 "is not set"
             )
-        options["api_key"] = SecretStr(value)
-    elif (
-        "api_key" in config_type.model_fields and config_type.model_fields["api_key"].is_required()
-    ):
-        raise AgentConfigError(f"{where}: provider {spec.type!r} needs api_key_env")
+        # A stand-in for a missing key lets the options be checked in the same run.
+        options["api_key"] = SecretStr(_UNSET_KEY if value is None else value)
+    elif takes_key and config_type.model_fields["api_key"].is_required():
+        problems.append(f"{where}: provider {spec.type!r} needs api_key_env")
+        options["api_key"] = SecretStr(_UNSET_KEY)
     try:
         config = config_type.model_validate(options)
     except ValidationError as exc:
-        raise AgentConfigError(
-            f"{where}: bad {spec.type} options: {describe_validation(exc, 'provider')}"
-        ) from None
+        problems.append(f"{where}: bad {spec.type} options: {describe_validation(exc, 'provider')}")
+    if problems:
+        raise AgentConfigError(*problems)
     try:
         return factory(config)
     except MissingExtraError as exc:
         raise AgentConfigError(f"{where}: {exc}") from None
+
+
+_UNSET_KEY = "unset"
+"""Stands in for a key that is not set while the options are checked; never reaches a client."""

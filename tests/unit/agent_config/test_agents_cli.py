@@ -227,3 +227,66 @@ def test_every_problem_of_every_agent_is_reported_in_one_run(
     assert len(lines) == len(expected), captured.err
     for line, start in zip(lines, expected, strict=True):
         assert line.startswith(f"cairn agents list: {start}"), (line, start)
+
+
+UNSET_KEY_AND_TYPO = """
+[[agents]]
+name = "a6"
+model = "gpt-4o-mini"
+[agents.provider]
+type = "openai_compat"
+base_url = "http://127.0.0.1:9/v1"
+api_key_env = "CLI_TEST_UNSET_KEY"
+temprature = 0.2
+"""
+
+GHOST_SUMMARIZER_AND_BROKEN_AGENT = """
+[[agents]]
+name = "a5"
+model = "gpt-4o-mini"
+tools = ["no_such_pkg.tools:x"]
+context = { strategy = "summarize", max_messages = 10, keep_recent = 5, summarizer = "ghost" }
+[agents.provider]
+type = "openai_compat"
+base_url = "http://127.0.0.1:9/v1"
+temprature = 0.2
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            UNSET_KEY_AND_TYPO,
+            [
+                "agent 'a6': environment variable 'CLI_TEST_UNSET_KEY' (provider.api_key_env) "
+                "is not set",
+                "agent 'a6': bad openai_compat options: provider.temprature: Extra inputs",
+            ],
+        ),
+        (
+            GHOST_SUMMARIZER_AND_BROKEN_AGENT,
+            [
+                "agent 'a5': bad openai_compat options: provider.temprature: Extra inputs",
+                "agent 'a5': tool 'no_such_pkg.tools:x' cannot be imported",
+                "agent 'a5': context summarizer 'ghost' is not a valid agent of this file",
+            ],
+        ),
+    ],
+    ids=["unset-key-beside-option-typo", "ghost-summarizer-beside-unbuilt-agent"],
+)
+def test_one_problem_does_not_hide_another_of_the_same_agent(
+    text: str,
+    expected: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.delenv("CLI_TEST_UNSET_KEY", raising=False)
+    path = tmp_path / "agents.toml"
+    path.write_text(text)
+    assert main(["agents", "list", "--config", str(path)]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == len(expected), lines
+    for line, start in zip(lines, expected, strict=True):
+        assert line.startswith(f"cairn agents list: {path}: {start}"), (line, start)
