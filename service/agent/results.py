@@ -125,19 +125,29 @@ def _as_text(value: Any) -> str | None:
 
 def result_problem(result: dict[str, Any]) -> str | None:
     """Why ``result`` does not have the toolResult shape of SEMANTICS.md §2; None when it does."""
-    status = result.get("status")
+    if "status" not in result:
+        return "status is missing: it must be 'success' or 'error'"
+    status = result["status"]
     if status not in RESULT_STATUSES:
-        shown = str.__repr__(status) if isinstance(status, str) else type(status).__name__
+        shown = str.__repr__(status) if isinstance(status, str) else _kind(status)
         return f"status must be 'success' or 'error', not {shown}"
-    content = result.get("content")
+    if "content" not in result:
+        return "content is missing: it must be a list of blocks"
+    content = result["content"]
     if not isinstance(content, list):
-        return f"content must be a list of blocks, not {type(content).__name__}"
+        return f"content must be a list of blocks, not {_kind(content)}"
     for index, block in enumerate(content):
         if not isinstance(block, dict) or len(block) != 1:
             return f"content[{index}] must be an object with exactly one key"
         if "text" in block and not isinstance(block["text"], str):
             return f"content[{index}].text must be a string"
     return None
+
+
+def _kind(value: Any) -> str:
+    """A value's type as its writer knows it: a result often comes from JSON, where Python's
+    ``NoneType`` would say nothing to the client that sent ``null``."""
+    return "null" if value is None else type(value).__name__
 
 
 def tool_result(tool_use_id: str, value: Any) -> ContentBlock:

@@ -143,10 +143,25 @@ def _load(value: bytes, max_bytes: int | None) -> dict[str, Any]:
                 f"record value nests objects and arrays deeper than {MAX_DEPTH} levels, too "
                 f"deep to read: {exc}"
             ) from None
-        raise WireError(f"record value is not UTF-8 JSON: {exc}") from None
+        raise WireError(_utf8_problem(value) or f"record value is not UTF-8 JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise WireError(f"record value must be a JSON object, got {type(raw).__name__}")
     return raw
+
+
+def _utf8_problem(value: bytes | bytearray | memoryview) -> str | None:
+    """Where ``value`` stops being UTF-8, else None. orjson reports a bad byte as a string that
+    is "not valid UTF-8: surrogates not allowed" at the start of the record; the decoder names
+    the byte and its offset. Run only on a value that failed to parse, so it costs nothing else."""
+    try:
+        bytes(value).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = exc.object[exc.start : exc.end]
+        return (
+            f"record value is not valid UTF-8: byte 0x{bad[0]:02x} at offset {exc.start} "
+            f"({exc.reason})"
+        )
+    return None
 
 
 _PARSER_DEPTH_LIMIT = "depth limit exceeded"

@@ -463,7 +463,9 @@ def test_an_id_no_result_could_carry_leaves_the_command_unanswerable(field: str)
     [
         (b"", "not UTF-8 JSON"),
         (b"{", "not UTF-8 JSON"),
-        (b"\xff\xfe{}", "not UTF-8 JSON"),
+        (b"\xff\xfe{}", "record value is not valid UTF-8: byte 0xff at offset 0 (invalid start"),
+        (b'{"prompt": "a\xffb"}', "record value is not valid UTF-8: byte 0xff at offset 13"),
+        (b'{"prompt": "\xe2\x82"}', "not valid UTF-8: byte 0xe2 at offset 12 (invalid continuation"),
         (b'{"a": NaN}', "not UTF-8 JSON"),
         (b"[1, 2]", "must be a JSON object, got list"),
         (b'"invoke"', "must be a JSON object, got str"),

@@ -246,6 +246,23 @@ async def test_anything_else_is_refused_and_changes_nothing(response: Any) -> No
     assert paused.state == before and CALLS["pay"] == 0
 
 
+@pytest.mark.parametrize(
+    ("response", "problem"),
+    [
+        (
+            {"result": {"status": "success"}},
+            "result: content is missing: it must be a list of blocks",
+        ),
+        ({"result": {"content": None}}, "result: content must be a list of blocks, not null"),
+        ({"result": {"content": "text"}}, "result: content must be a list of blocks, not str"),
+    ],
+)
+def test_a_refused_result_answer_says_what_is_missing_or_wrong(
+    response: dict[str, Any], problem: str
+) -> None:
+    assert answer_problem(response) == problem
+
+
 async def test_a_cancel_of_the_pause_resolves_it_like_any_interrupt() -> None:
     _, paused = await _paused_on_unknown(checkpointing=False)
     result, state = resolve_cancel(paused.state)

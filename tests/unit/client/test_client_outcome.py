@@ -163,8 +163,8 @@ def test_with_no_pending_outcome_the_answer_is_refused_plainly(
         (["--supply-result", "paid"], "--supply-result is not valid JSON"),
         (
             ["--supply-result", '{"status": "success"}'],
-            "--supply-result is not an answer to tool_outcome_unknown: result: content must be "
-            "a list of blocks, not NoneType",
+            "--supply-result is not an answer to tool_outcome_unknown: result: content is "
+            "missing: it must be a list of blocks",
         ),
         (
             ["--supply-result", '{"content": [], "by": "me"}'],
