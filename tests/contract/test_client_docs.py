@@ -56,3 +56,18 @@ def test_every_dead_letter_header_in_the_guide_is_in_the_published_schema() -> N
     assert "cairn.dlq.truncated_from" in named
     schema = orjson.loads((REPO / "contracts" / "schemas" / "dlq_headers.json").read_bytes())
     assert named <= set(schema["properties"])
+
+
+def test_the_guide_states_the_exact_integer_range_and_the_service_keeps_it() -> None:
+    found = re.search(r"An integer from `(-?\d+)` to\s+`(\d+)`", DOC)
+    assert found, "the guide states the range of exact integers"
+    lowest, highest = (int(bound) for bound in found.groups())
+    assert (lowest, highest) == (-(2**63), 2**64 - 1)
+    body = {"type": "invoke", "command_id": "c", "session_id": "s", "agent": "a", "prompt": "hi"}
+    edges = {"lowest": lowest, "highest": highest}
+    beyond = b'{"below": %d, "above": %d}' % (lowest - 1, highest + 1)
+    command = decode_command(orjson.dumps({**body, "metadata": edges}))
+    assert command.metadata == edges
+    assert all(type(value) is int for value in command.metadata.values())
+    outside = decode_command(orjson.dumps(body)[:-1] + b', "metadata": ' + beyond + b"}")
+    assert all(type(value) is float for value in outside.metadata.values())

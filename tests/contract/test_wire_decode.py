@@ -465,7 +465,10 @@ def test_an_id_no_result_could_carry_leaves_the_command_unanswerable(field: str)
         (b"{", "not UTF-8 JSON"),
         (b"\xff\xfe{}", "record value is not valid UTF-8: byte 0xff at offset 0 (invalid start"),
         (b'{"prompt": "a\xffb"}', "record value is not valid UTF-8: byte 0xff at offset 13"),
-        (b'{"prompt": "\xe2\x82"}', "not valid UTF-8: byte 0xe2 at offset 12 (invalid continuation"),
+        (
+            b'{"prompt": "\xe2\x82"}',
+            "not valid UTF-8: byte 0xe2 at offset 12 (invalid continuation",
+        ),
         (b'{"a": NaN}', "not UTF-8 JSON"),
         (b"[1, 2]", "must be a JSON object, got list"),
         (b'"invoke"', "must be a JSON object, got str"),
@@ -552,3 +555,28 @@ def test_commands_nested_too_deep_to_answer_are_refused_with_their_ids() -> None
         session_id="s-1", command_id="c-1", code="internal", message="x", metadata=command.metadata
     )
     assert orjson.loads(encode_result(record))["metadata"] == deepest
+
+
+def test_metadata_integers_are_exact_from_minus_2_63_to_2_64_minus_1_and_doubles_beyond() -> None:
+    """The documented range is orjson's: a signed 64-bit low end, an unsigned 64-bit high end."""
+    edges = (
+        b'{"lowest": -9223372036854775808, "highest": 18446744073709551615, '
+        b'"below": -9223372036854775809, "above": 18446744073709551616}'
+    )
+    command = decode_command(raw(INVOKE)[:-1] + b', "metadata": ' + edges + b"}")
+    exact = {"lowest": -(2**63), "highest": 2**64 - 1}
+    nearest = {"below": float(-(2**63) - 1), "above": float(2**64)}
+    assert command.metadata == {**exact, **nearest}
+    assert [type(command.metadata[name]) for name in (*exact, *nearest)] == [int, int, float, float]
+    echoed = error_record(
+        session_id="s-1", command_id="c-1", code="internal", message="x", metadata=command.metadata
+    )
+    written = encode_result(echoed)
+    assert b'"lowest":-9223372036854775808' in written
+    assert b'"highest":18446744073709551615' in written
+    assert orjson.loads(written)["metadata"] == {**exact, **nearest}
+
+
+def test_an_integer_beyond_the_range_in_an_integer_field_is_refused() -> None:
+    value = raw(INVOKE)[:-1] + b', "limits": {"max_cycles": 18446744073709551616}}'
+    assert "limits.max_cycles" in refused(value).reason
