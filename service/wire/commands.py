@@ -32,6 +32,13 @@ from service.wire.pauses import (
     is_wrapped_checkpoint,
 )
 
+CANCEL_MESSAGE_MAX_LENGTH = 10_000
+"""The longest cancel ``message`` (characters). It becomes the closing assistant message of the
+command it stops, so it travels in that command's result: left unbounded, a message close to the
+record limit would turn the cancelled command's result into ``limit_exceeded`` and lose the turn
+it ran. At most 60 KB as JSON (six bytes a character escaped), it always leaves room for the rest
+of the result."""
+
 TEXT_TAG = "<text>"
 BLOCKS_TAG = "<blocks>"
 MESSAGES_TAG = "<messages>"
@@ -184,8 +191,9 @@ class CancelCommand(_Command):
     type: Literal["cancel"] = "cancel"
     target_command_id: Id | None = None
     """Cancel exactly this command; absent means whatever the session is doing."""
-    message: str | None = None
-    """Text of the assistant message a cancelled model stream leaves behind."""
+    message: Annotated[str, Field(max_length=CANCEL_MESSAGE_MAX_LENGTH)] | None = None
+    """Text of the assistant message a cancelled model stream leaves behind (at most
+    ``CANCEL_MESSAGE_MAX_LENGTH`` characters)."""
     after_current_tools: bool = False
     """Let the running tool batch finish, then stop."""
 

@@ -580,3 +580,13 @@ def test_metadata_integers_are_exact_from_minus_2_63_to_2_64_minus_1_and_doubles
 def test_an_integer_beyond_the_range_in_an_integer_field_is_refused() -> None:
     value = raw(INVOKE)[:-1] + b', "limits": {"max_cycles": 18446744073709551616}}'
     assert "limits.max_cycles" in refused(value).reason
+
+
+def test_a_cancel_message_longer_than_its_limit_is_refused_at_once() -> None:
+    # Kept, it would close the stopped command's result and push it past the record limit.
+    decode_control(raw({**CANCEL, "message": "m" * 10_000}))
+    with pytest.raises(WireError) as caught:
+        decode_control(raw({**CANCEL, "message": "m" * 899_400}))
+    error = caught.value
+    assert error.reason == "message: String should have at most 10000 characters"
+    assert (error.code, error.command_id) == ("invalid_command", CANCEL["command_id"])
