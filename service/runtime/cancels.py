@@ -12,6 +12,7 @@ when it was read by the time the cancel was answered (see :class:`HeldAnswers`).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -61,6 +62,10 @@ class CancelDesk:
     answer on: the session's delivery records committed with the cancel keep its timestamp
     (``cancelled_before_ms``) and a target it answered ahead (as applied), so a covered command
     first read by a later owner, after the partition moved, is still answered ``cancelled``.
+    A cancel never reaches past the moment it was read (by the instance's clock): the
+    broker takes a record timestamp up to an hour ahead, and a cancel dated later would answer
+    every command of its session ``cancelled`` until then. That bound is taken once, when the
+    cancel is first read, and recorded with its answer, so a re-read covers the same commands.
     The two topics do not even arrive in order within one fetch: a cancel can be queued ahead
     of commands it covers, which is why its answer is held (:class:`HeldAnswers`).
     """
@@ -105,10 +110,9 @@ class CancelDesk:
         self._control_read = max(self._control_read, record.origin.offset + 1)
         target = cancel.target_command_id
         if self._answered(session_id, cancel.command_id):
-            if target is None:
-                # Read again after a restart: what it covers is remembered again, so a covered
-                # command read only now is still skipped; everything else was done already.
-                self._cover(session_id, record.timestamp_ms)
+            # Read again after a restart: what it covers was recorded with its answer (in the
+            # session's state, or here for a session without), bounded by when it was first
+            # read; taken again from its timestamp now, it could reach commands published since.
             self.ledger.read(record.origin.offset)
             return work
         reaches = self._reach.setdefault(session_id, {})
@@ -117,13 +121,13 @@ class CancelDesk:
             # whatever this one says, and the repeat is answered as one when its turn comes.
             self.ledger.read(record.origin.offset)
             return work
-        reach = reaches[cancel.command_id] = CancelReach(record.timestamp_ms, target)
+        reach = reaches[cancel.command_id] = CancelReach(self._until(record), target)
         running = self._running.get(session_id)
         if target is not None:
             self._targets.setdefault(session_id, set()).add(target)
             hit = running is not None and running.work.command_id == target
         else:
-            covered = self._cover(session_id, record.timestamp_ms)
+            covered = self._cover(session_id, reach.timestamp_ms)
             hit = running is not None and running.work.record.timestamp_ms <= covered
         if running is not None and hit:
             running_id = running.work.command_id
@@ -356,6 +360,11 @@ class CancelDesk:
             del self._covers_until[next(iter(self._covers_until))]
         return covered
 
+    def _until(self, record: InputRecord) -> int:
+        """The publication time up to which a cancel read now covers its session's commands:
+        its record timestamp, but never later than now."""
+        return min(record.timestamp_ms, int(time.time() * 1000))
+
     def _applied(self, session_id: str, command_id: str) -> bool:
         stored = self._store.get(session_id)
         return stored is not None and stored.delivery.answered(command_id)
@@ -395,7 +404,7 @@ class CancelDesk:
             return
         reach = self._reach.get(session_id, {}).pop(cancel.command_id, None)
         if reach is None:
-            reach = CancelReach(work.record.timestamp_ms, cancel.target_command_id)
+            reach = CancelReach(self._until(work.record), cancel.target_command_id)
         stored = self._store.get(session_id)
         state = stored.state if stored is not None else None
         delivery = stored.delivery if stored is not None else Delivery()
@@ -405,9 +414,7 @@ class CancelDesk:
             if state is None:
                 result = _plain_cancelled(SessionState(session_id=session_id))
             else:
-                result, state, delivery = self._resolve(
-                    state, delivery, work.record.timestamp_ms, cancel, reach
-                )
+                result, state, delivery = self._resolve(state, delivery, cancel, reach)
         else:
             self._forget_target(session_id, target)
             result = _plain_cancelled(state or SessionState(session_id=session_id))
@@ -452,14 +459,13 @@ class CancelDesk:
         self,
         state: SessionState,
         delivery: Delivery,
-        timestamp_ms: int,
         cancel: CancelCommand,
         reach: CancelReach,
     ) -> tuple[AgentResult, SessionState, Delivery]:
         """Resolve the session's pause, or close an invocation its owner left at a boundary."""
         inflight = state.inflight
         published = delivery.inflight_published_ms
-        if inflight is not None and published is not None and published > timestamp_ms:
+        if inflight is not None and published is not None and published > reach.timestamp_ms:
             # The in-flight command was published after the cancel (it started before the
             # cancel was read, then its owner died): its redelivery continues it, uncancelled.
             return _plain_cancelled(state), state, delivery
@@ -487,7 +493,7 @@ class CancelDesk:
         for answer in answers:
             delivery = delivery.applying(answer.cancel.command_id)
             if answer.cancel.target_command_id is None:
-                delivery = delivery.covering(answer.work.record.timestamp_ms)
+                delivery = delivery.covering(answer.reach.timestamp_ms)
         return self._writer.write(state, seq, delivery)
 
 

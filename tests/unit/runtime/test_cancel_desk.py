@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
@@ -627,3 +628,21 @@ async def test_a_targeted_cancel_read_after_the_delete_leaves_its_answered_targe
     assert [command_id for command_id, _ in t.answered()] == ["d", "x4"]
     assert _results(t)["x4"]["cancel"] == {"stopped": None, "skipped": [], "resolved": None}
     assert t.store.get("s") is None
+
+
+async def test_a_future_dated_cancel_covers_nothing_published_after_it_was_read() -> None:
+    now = int(time.time() * 1000)
+    t = _Desk(_idle())
+    await t.run(t.desk.read(*_cancel(0, ts=now + 50 * 60_000)))  # the broker takes up to 1 h
+    await t.run(_command("before", 1, ts=now - 1))
+    await t.run(_command("after", 2, ts=now + 1_000))
+    assert t.ran == ["after"]
+    assert t.answered()[-1] == ("before", "cancelled")
+    stored = t.store.get("s")
+    assert stored is not None and stored.delivery.cancelled_before_ms is not None
+    assert now <= stored.delivery.cancelled_before_ms < now + 1_000
+    # Read again later (its offset not committed), it covers what it covered when first read.
+    again = _Desk(restored(t.outcomes))
+    await again.run(again.desk.read(*_cancel(0, ts=now + 50 * 60_000)))
+    await again.run(_command("later", 3, ts=now + 2_000))
+    assert again.ran == ["later"]
