@@ -1,4 +1,4 @@
-"""Cancels of one partition: what a cancel stops, skips, resolves or answers ahead, in order.
+"""Cancels of one partition: what a cancel stops, skips or resolves, in order.
 
 Guarantees: a cancel is answered by exactly one result of its own, saying what it covered,
 committed with its control offset and the session state it leaves (so a crash before that commit
@@ -29,7 +29,6 @@ from service.runtime.work import (
     InputRecord,
     Origin,
     Outcome,
-    OutRecord,
     StateWrite,
     commands_position,
 )
@@ -60,7 +59,7 @@ class CancelDesk:
     the producer's timestamp is the only publication order the two topics share). What a
     cancel covers is remembered in memory from the moment it is read, and durably from its
     answer on: the session's delivery records committed with the cancel keep its timestamp
-    (``cancelled_before_ms``) and a target it answered ahead (as applied), so a covered command
+    (``cancelled_before_ms``) and a target not read yet (``targets``), so a covered command
     first read by a later owner, after the partition moved, is still answered ``cancelled``.
     A cancel never reaches past the moment it was read (by the instance's clock): the
     broker takes a record timestamp up to an hour ahead, and a cancel dated later would answer
@@ -283,6 +282,8 @@ class CancelDesk:
         if targets is not None and command.command_id in targets:
             return True
         stored = self._store.get(session_id)
+        if stored is not None and command.command_id in stored.delivery.targets:
+            return True
         durable = stored.delivery.cancelled_before_ms if stored is not None else None
         covered = max(self._covers_until.get(session_id, -1), -1 if durable is None else durable)
         return work.record.timestamp_ms <= covered
@@ -408,7 +409,6 @@ class CancelDesk:
         stored = self._store.get(session_id)
         state = stored.state if stored is not None else None
         delivery = stored.delivery if stored is not None else Delivery()
-        ahead: list[OutRecord] = []
         target = cancel.target_command_id
         if target is None:
             if state is None:
@@ -423,17 +423,12 @@ class CancelDesk:
                 (session_id, target) in self._stateless
             )
             if not answered:
-                # Not seen yet: answer it now; when it arrives it is a known, answered command
-                # (the one case where a cancel makes a state for a session that had none).
+                # Not read yet: it may be a command of another session, answered there, so it
+                # gets no result now; the session's state records it, and if the session reads
+                # it, it is answered cancelled unrun (the one case where a cancel makes a state
+                # for a session that had none).
                 state = state if state is not None else SessionState(session_id=session_id)
-                ahead.append(
-                    result_record(
-                        self._topics.results, session_id, target, result, None, work.trace
-                    )
-                )
-                self._metrics.result(result.stop_reason)
-                delivery = delivery.applying(target)
-                reach.skip(target)
+                delivery = delivery.targeting(target)
         answer = HeldAnswer(work, cancel, result, reach)
         seq = stored.event_seq if stored is not None else 0
         write = (
@@ -441,7 +436,7 @@ class CancelDesk:
             if state is None
             else self._recorded(state, delivery, [*self._held.of(session_id), answer], seq)
         )
-        self._held.hold(session_id, origin, answer=answer, ahead=ahead, state=write)
+        self._held.hold(session_id, origin, answer=answer, state=write)
         if state is None:
             # Nothing to record it in: this owner recognises a repeat; the ledger a re-read.
             self._remember_stateless(session_id, cancel.command_id)

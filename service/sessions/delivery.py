@@ -4,7 +4,8 @@ engine's conversation state.
 The engine knows nothing of these: which commands were answered (so a re-read command is
 answered never again), the position on the commands topic of the newest one answered (which
 recognises a re-read command even past the ids kept), up to which publication time a cancel
-covers the session's commands, and when the command an in-flight marker names was published.
+covers the session's commands, which commands a targeted cancel named before they were read, and
+when the command an in-flight marker names was published.
 They travel with the state in the same head record (and the applied command ids in records of
 their own), written by the one session writer. Immutable: a change is a new value, so a stored
 session is never changed behind the store's back.
@@ -37,6 +38,10 @@ class Delivery:
     answered. A session's commands are answered in the order of its partition, so one read
     again at or before that offset was answered, however many ids were answered since; the time
     tells a topic created anew (its offsets start again, its records are published later)."""
+    targets: tuple[str, ...] = ()
+    """Ids a targeted cancel named before the session read them (the newest ``APPLIED_KEPT``):
+    each is answered ``cancelled`` unrun if the session reads it, and never before, since a
+    target not read yet may be a command of another session, answered there."""
 
     _index: Set[str] | None = field(default=None, init=False, repr=False, compare=False)
     """``applied`` as a set, made on first use and handed on to the values made from this one:
@@ -111,7 +116,14 @@ class Delivery:
         inflight_published_ms: int | None,
         index: Set[str] | None,
     ) -> Delivery:
-        made = Delivery(applied, cancelled_before_ms, inflight_published_ms, self.answered_through)
+        targets = self.targets
+        if targets:
+            # An answered command is no longer waited for.
+            known = index if index is not None else set(applied)
+            targets = tuple(t for t in targets if t not in known)
+        made = Delivery(
+            applied, cancelled_before_ms, inflight_published_ms, self.answered_through, targets
+        )
         object.__setattr__(made, "_index", index)
         return made
 
@@ -124,6 +136,14 @@ class Delivery:
         latest = max(timestamp_ms, -1 if previous is None else previous)
         return self._made(self.applied, latest, self.inflight_published_ms, self._index)
 
+    def targeting(self, command_id: str) -> Delivery:
+        """A targeted cancel named ``command_id`` before the session read it."""
+        if command_id in self.targets:
+            return self
+        made = replace(self, targets=(*self.targets, command_id)[-APPLIED_KEPT:])
+        object.__setattr__(made, "_index", self._index)
+        return made
+
     def record_fields(self) -> dict[str, Any]:
         """The keys these take in a session state record."""
         fields: dict[str, Any] = {"applied_commands": list(self.applied)}
@@ -133,6 +153,8 @@ class Delivery:
                 fields[key] = value
         if self.answered_through is not None:
             fields["answered_through"] = list(self.answered_through)
+        if self.targets:
+            fields["cancel_targets"] = list(self.targets)
         return fields
 
     @classmethod
@@ -142,6 +164,7 @@ class Delivery:
             cancelled_before_ms=data.get("cancelled_before_ms"),
             inflight_published_ms=data.get("inflight_published_ms"),
             answered_through=_position(data.get("answered_through")),
+            targets=tuple(data.get("cancel_targets") or ()),
         )
 
 

@@ -73,7 +73,7 @@ class ContextView(PartModel):
 class SessionStateRecord(OutboundModel):
     """Everything a fresh process needs to continue a session exactly: the engine's state and,
     beside it, the runtime's delivery records (``applied_commands``, ``answered_through``,
-    ``cancelled_before_ms``, ``inflight_published_ms``).
+    ``cancelled_before_ms``, ``inflight_published_ms``, ``cancel_targets``).
 
     Unknown fields are refused: the state has one writer, and an older layout is upcast by
     the sessions codec before it is read, never read loosely.
@@ -109,6 +109,9 @@ class SessionStateRecord(OutboundModel):
     commands; absent when no cancel was applied."""
     inflight_published_ms: Annotated[int, Field(ge=0)] | None = None
     """Publication time of the command ``inflight`` names; absent when unknown."""
+    cancel_targets: list[Id] | None = None
+    """Ids a targeted cancel named before the session read them, answered ``cancelled`` when it
+    does; absent when none waits."""
     context: ContextView | None = None
     """What of the history the model sees; absent while it sees all of it."""
 
@@ -116,7 +119,8 @@ class SessionStateRecord(OutboundModel):
     def _omit_unset_optionals(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # Written only when set, as Delivery.record_fields does, so older layouts stay exact.
         data: dict[str, Any] = handler(self)
-        for key in ("answered_through", "cancelled_before_ms", "inflight_published_ms", "context"):
+        optional = ("answered_through", "cancelled_before_ms", "inflight_published_ms")
+        for key in (*optional, "cancel_targets", "context"):
             if data.get(key) is None:
                 data.pop(key, None)
         return data

@@ -1,4 +1,4 @@
-"""The cancel desk without a broker: what a cancel covers, signals and answers ahead."""
+"""The cancel desk without a broker: what a cancel covers, signals and answers."""
 
 from __future__ import annotations
 
@@ -37,11 +37,11 @@ def _record(topic: str, offset: int, ts: int, value: bytes = b"{}") -> InputReco
     return InputRecord(Origin(topic, 0, offset), b"s", value, [], ts)
 
 
-def _command(command_id: str, offset: int, ts: int) -> CommandWork:
+def _command(command_id: str, offset: int, ts: int, session_id: str = "s") -> CommandWork:
     parsed = ParsedCommand(
-        type="invoke", command_id=command_id, session_id="s", agent="a", input="hi"
+        type="invoke", command_id=command_id, session_id=session_id, agent="a", input="hi"
     )
-    return CommandWork(_record(TOPICS.commands, offset, ts), "s", parsed)
+    return CommandWork(_record(TOPICS.commands, offset, ts), session_id, parsed)
 
 
 def _cancel(offset: int, ts: int, **fields: Any) -> tuple[InputRecord, CancelCommand]:
@@ -161,18 +161,29 @@ async def test_a_running_invocation_is_signalled_only_when_covered() -> None:
     assert seen == [False, True]
 
 
-async def test_a_target_not_seen_yet_is_answered_ahead_and_once() -> None:
+async def test_a_target_not_seen_yet_is_answered_once_its_session_reads_it() -> None:
     t = _Desk()
     work = t.desk.read(*_cancel(0, ts=100, target_command_id="t"))
     await t.run(work)
-    assert t.answered() == [("t", "cancelled"), ("x0", "cancelled")]
-    # Arriving later (even published later) it is known as answered: it is skipped unrun.
-    await t.run(_command("t", 1, ts=500))
-    assert t.ran == []
-    assert len(t.answered()) == 2
-    assert t.outcomes[-1] == Outcome(finished=[Origin(TOPICS.commands, 0, 1)])
-    stored = t.store.get("s")
+    assert t.answered() == [("x0", "cancelled")]
+    # Arriving later (even published later, at the next owner) it is answered unrun, once.
+    after = _Desk(restored(t.outcomes))
+    await after.run(_command("t", 1, ts=500))
+    await after.run(_command("t", 1, ts=500))
+    assert after.ran == []
+    assert after.answered() == [("t", "cancelled")]
+    stored = after.store.get("s")
     assert stored is not None and stored.delivery.answered("t")
+    assert stored.delivery.targets == ()
+
+
+async def test_a_target_of_another_session_gets_no_result_from_the_cancel() -> None:
+    t = _Desk()
+    await t.run(t.desk.read(*_cancel(0, ts=100, target_command_id="t")))
+    await t.run(_command("t", 1, ts=90, session_id="other"))
+    # Its own session runs and answers it: one result for the id, and not "cancelled".
+    assert t.ran == ["t"]
+    assert t.answered() == [("x0", "cancelled")]
 
 
 async def test_a_repeated_cancel_is_answered_once() -> None:
@@ -556,10 +567,17 @@ async def test_a_cancel_says_which_pause_it_resolved() -> None:
 async def test_a_targeted_cancel_names_its_target() -> None:
     t = _Desk()
     await t.run(t.desk.read(*_cancel(0, ts=100, target_command_id="t")))
-    assert _results(t)["x0"]["cancel"] == {"stopped": None, "skipped": ["t"], "resolved": None}
-    # The target answered ahead is a command of the session: its answer must be recognised.
+    assert _results(t)["x0"]["cancel"] == {"stopped": None, "skipped": [], "resolved": None}
+    # The target not read yet is answered only if the session reads it: it is recorded.
     stored = t.store.get("s")
-    assert stored is not None and {"t", "x0"} <= set(stored.delivery.applied)
+    assert stored is not None and "x0" in stored.delivery.applied
+    assert stored.delivery.targets == ("t",) and not stored.delivery.answered("t")
+    t = _Desk()
+    await _route_as_one_fetch(
+        t, t.desk.read(*_cancel(0, ts=100, target_command_id="t")), _command("t", 1, ts=200)
+    )
+    assert t.answered() == [("t", "cancelled"), ("x0", "cancelled")]
+    assert _results(t)["x0"]["cancel"] == {"stopped": None, "skipped": ["t"], "resolved": None}
     t = _Desk(_idle())
     stored = t.store.get("s")
     assert stored is not None

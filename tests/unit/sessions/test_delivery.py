@@ -95,3 +95,12 @@ def test_a_record_at_or_before_the_newest_answered_is_recognised_and_a_new_topic
     later = delivery.applying("x").finished("y").started(5).covering(7)
     assert later.answered_through == (9, 1_000)
     assert later.through(None) is later
+
+
+def test_a_cancel_target_is_kept_until_answered_and_written_only_when_set() -> None:
+    assert "cancel_targets" not in Delivery().record_fields()
+    waiting = Delivery().targeting("t").targeting("t").targeting("u")
+    assert waiting.targets == ("t", "u")
+    assert Delivery.from_record(waiting.record_fields()).targets == ("t", "u")
+    assert waiting.applying("t").targets == ("u",)
+    assert waiting.finished("u").covering(5).targets == ("t",)
