@@ -664,3 +664,12 @@ async def test_a_future_dated_cancel_covers_nothing_published_after_it_was_read(
     await again.run(again.desk.read(*_cancel(0, ts=now + 50 * 60_000)))
     await again.run(_command("later", 3, ts=now + 2_000))
     assert again.ran == ["later"]
+
+
+async def test_a_cancel_reusing_an_answered_command_id_is_a_repeat_with_no_result() -> None:
+    # As clients.md says of a delete: an id the session answered is a repeat of that command.
+    t = _Desk(_applied_store("x0"))
+    await _route_as_one_fetch(t, t.desk.read(*_cancel(0, ts=100)), _command("early", 1, ts=90))
+    assert t.ran == ["early"]
+    assert t.answered() == []
+    assert [outcome.finished for outcome in t.outcomes] == [[Origin(TOPICS.control, 0, 0)]]
