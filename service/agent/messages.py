@@ -1,8 +1,11 @@
 """History edits that keep the conversation valid: roles alternate, every toolUse gets a result.
 
 Messages already in history are never mutated in place (snapshots share them); a message that
-must grow is replaced by a new dict. What a model call is sent differs from the history in one
-way only: a tool name no tool can have is replaced by :data:`INVALID_TOOL_NAME`.
+must grow is replaced by a new dict. What a model call is sent differs from the history only in
+the assistant's messages, as the reference normalizes them (strands
+``event_loop.streaming._normalize_messages``): a tool name no tool can have is replaced by
+:data:`INVALID_TOOL_NAME`, and blank text (an empty cancel ``message`` leaves some) is dropped
+beside a toolUse, else sent as :data:`BLANK_TEXT`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ name that fails the name check, in the assistant's messages of every model call:
 refuse a history holding such a name (Bedrock does), and its error result still names it."""
 
 
+BLANK_TEXT = "[blank text]"
+"""The reference's stand-in for blank assistant text in what a model call is sent: providers
+refuse an empty text block (Bedrock does), and the history keeps the text as it was."""
+
 _VALID_NAMES: set[str] = set()
 """Tool names found valid, so each model call checks the history's names by a lookup (it sends
 the whole view every time); bounded by :data:`_VALID_NAMES_KEPT`."""
@@ -30,8 +37,10 @@ def for_model(
     messages: list[Message], misnamed: Mapping[int, Message] | None = None
 ) -> list[Message]:
     """``messages`` as a model call sends them: a toolUse of the assistant's whose name no tool
-    can have carries :data:`INVALID_TOOL_NAME` instead. The history keeps the model's name; the
-    list and the messages are copied only where a name is replaced.
+    can have carries :data:`INVALID_TOOL_NAME` instead, and the assistant's blank text is left
+    out beside a toolUse, else sent as :data:`BLANK_TEXT` (an assistant message without content
+    gets one). The history keeps what it holds; the list and the messages are copied only where
+    one is sent otherwise.
 
     ``misnamed`` is what a :class:`NameCheck` found in the history the view comes from (only
     those messages are replaced); without it every message is checked.
@@ -43,18 +52,19 @@ def for_model(
         if misnamed is not None:
             if misnamed.get(id(message)) is not message:
                 continue
-        elif not _holds_misnamed(message):
+        elif not _sent_otherwise(message):
             continue
         if out is messages:
             out = list(messages)
-        out[index] = _renamed(message)
+        out[index] = _as_sent(message)
     return out
 
 
 class NameCheck:
-    """The messages of a session's history that hold a toolUse whose name no tool can have,
-    found once per message instead of at every model call (checking the whole view cost 7 % of
-    a step's CPU at 90 messages, measured).
+    """The messages of a session's history that a model call is sent otherwise than stored (a
+    toolUse whose name no tool can have, blank text: see :func:`for_model`), found once per
+    message instead of at every model call (checking the whole view cost 7 % of a step's CPU at
+    90 messages, measured).
 
     It relies on the history's rule (this module's docstring): messages are appended, only the
     last one is ever replaced, none changes in place. A history that does not go on from the
@@ -74,7 +84,8 @@ class NameCheck:
         return NameCheck()  # the copy's messages are other objects
 
     def misnamed(self, history: list[Message]) -> Mapping[int, Message]:
-        """The messages of ``history`` holding a misnamed toolUse, by their ``id``."""
+        """The messages of ``history`` sent otherwise than stored (a misnamed toolUse, blank
+        text), by their ``id``."""
         start = self._checked
         if start and (
             start > len(history)
@@ -83,25 +94,43 @@ class NameCheck:
         ):
             start, self._misnamed = 0, {}
         for message in itertools.islice(history, start, None):
-            if _holds_misnamed(message):
+            if _sent_otherwise(message):
                 self._misnamed[id(message)] = message
         self._checked = len(history)
         self._first, self._last = (history[0], history[-1]) if history else (None, None)
         return self._misnamed
 
 
-def _holds_misnamed(message: Message) -> bool:
+def _sent_otherwise(message: Message) -> bool:
+    """A message of the assistant's that a model call is sent otherwise than it is stored."""
     if message.get("role") != "assistant":
         return False
-    return any("toolUse" in block and _misnamed(block) for block in message.get("content", ()))
+    content = message.get("content", ())
+    return not content or any(_misnamed(block) or _blank(block) for block in content)
 
 
-def _renamed(message: Message) -> Message:
-    renamed = [
-        {"toolUse": {**block["toolUse"], "name": INVALID_TOOL_NAME}} if _misnamed(block) else block
-        for block in message.get("content", ())
-    ]
-    return {**message, "content": renamed}
+def _as_sent(message: Message) -> Message:
+    content = message.get("content", ())
+    if not content:
+        return {**message, "content": [{"text": BLANK_TEXT}]}
+    if any("toolUse" in block for block in content):
+        sent = [
+            {"toolUse": {**block["toolUse"], "name": INVALID_TOOL_NAME}}
+            if _misnamed(block)
+            else block
+            for block in content
+            if not _blank(block)
+        ]
+    else:
+        sent = [{**block, "text": BLANK_TEXT} if _blank(block) else block for block in content]
+    return {**message, "content": sent}
+
+
+def _blank(block: ContentBlock) -> bool:
+    if "text" not in block:
+        return False
+    text = block["text"]
+    return text is None or (isinstance(text, str) and not text.strip())
 
 
 def model_tool_name(use: dict[str, Any]) -> str:

@@ -354,3 +354,17 @@ async def test_resolve_cancel_of_an_interrupt_pause_keeps_the_name_errors_first(
         ("a", [{"text": "a"}]),
         ("b", CANCELLED),
     ]
+
+
+async def test_an_empty_cancel_message_is_kept_and_sent_as_the_references_blank_text() -> None:
+    # strands-agents 1.62.0 appends the cancel message as given, "" included, and its
+    # _normalize_messages sends blank assistant text as "[blank text]" (left out beside a
+    # toolUse): a provider refuses an empty text block.
+    agent = make_agent([call("record", "a", label="a"), "after"], tools=ALL)
+    paused = await invoke(agent, new_state(), "go")
+    _, state = resolve_cancel(paused.state, "")
+    assert state.messages[-1] == {"role": "assistant", "content": [{"text": ""}]}
+    follow = await invoke(agent, state, "again")
+    sent = model_of(agent).requests[-1].messages
+    assert sent[3] == {"role": "assistant", "content": [{"text": "[blank text]"}]}
+    assert follow.state.messages[3] == state.messages[-1]

@@ -128,3 +128,23 @@ def test_the_name_check_follows_a_history_that_goes_on_and_rechecks_one_that_doe
     other = [dict(user), good]
     assert check.misnamed(other) == {}
     assert check.misnamed([bad]) == {id(bad): bad}
+
+
+def test_blank_assistant_text_is_sent_as_the_reference_sends_it() -> None:
+    from service.agent.messages import NameCheck, for_model
+
+    use = {"toolUse": {"toolUseId": "t", "name": "echo", "input": {}}}
+    user = {"role": "user", "content": [{"text": " "}]}
+    beside = {"role": "assistant", "content": [{"text": " \n"}, use]}
+    alone = {"role": "assistant", "content": [{"text": ""}, {"text": "kept"}]}
+    empty: dict[str, Any] = {"role": "assistant", "content": []}
+    history: list[Any] = [user, beside, alone, empty]
+    sent = for_model(history, NameCheck().misnamed(history))
+    assert sent == [
+        user,  # the user's text is the user's: sent as it is
+        {"role": "assistant", "content": [use]},
+        {"role": "assistant", "content": [{"text": "[blank text]"}, {"text": "kept"}]},
+        {"role": "assistant", "content": [{"text": "[blank text]"}]},
+    ]
+    assert history == [user, beside, alone, empty]  # the history keeps what it holds
+    assert for_model(history) == sent
