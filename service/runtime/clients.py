@@ -6,7 +6,8 @@ that the runtime's consumers read only committed data.
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
@@ -35,6 +36,23 @@ def connection_options(kafka: KafkaSettings) -> dict[str, Any]:
             keyfile=kafka.ssl_keyfile,
         )
     return options
+
+
+Client = TypeVar("Client", AIOKafkaConsumer, AIOKafkaProducer)
+
+
+async def started(client: Client) -> Client:
+    """``client`` once its start succeeded; a client whose start failed is stopped before the
+    error goes on. aiokafka reports a consumer or producer collected unstopped as an ERROR
+    (``Unclosed AIOKafkaConsumer``), and while the broker is away every retried start (a
+    partition owner's restore, every few seconds) would leave one."""
+    try:
+        await client.start()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await client.stop()
+        raise
+    return client
 
 
 _NEXT_TXN_BACKOFF_S = 0.005

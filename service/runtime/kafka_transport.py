@@ -294,7 +294,11 @@ class KafkaGroupOffsets:
         self._client = AIOKafkaClient(
             **connection_options(self._kafka), client_id=f"{self._kafka.client_id}-offsets"
         )
-        await self._client.bootstrap()
+        try:
+            await self._client.bootstrap()
+        except BaseException:
+            await self.close()
+            raise
 
     async def close(self) -> None:
         client, self._client = self._client, None

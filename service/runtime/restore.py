@@ -26,7 +26,7 @@ from typing import Protocol
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from service.observability.metrics import Metrics
-from service.runtime.clients import reader
+from service.runtime.clients import reader, started
 from service.runtime.partitioning import keyed_partition
 from service.runtime.topics import partition_counts
 from service.runtime.work import OutRecord
@@ -127,13 +127,13 @@ class SessionsReader:
     async def _committed(self) -> AIOKafkaConsumer:
         """The ``read_committed`` reader, started on first use (called under the lock)."""
         if self._consumer is None:
-            self._consumer = await _started(self._committed_reader())
+            self._consumer = await started(self._committed_reader())
         return self._consumer
 
     async def _uncommitted_reader(self) -> AIOKafkaConsumer:
         """The ``read_uncommitted`` reader, started on first use (called under the lock)."""
         if self._uncommitted is None:
-            self._uncommitted = await _started(
+            self._uncommitted = await started(
                 reader(self._kafka, isolation_level="read_uncommitted")
             )
         return self._uncommitted
@@ -157,7 +157,7 @@ class SessionsReader:
         mine = history.prefix(session_id)
         async with self._forks_lock:
             if self._forks is None:
-                self._forks = await _started(self._committed_reader())
+                self._forks = await started(self._committed_reader())
             consumer = self._forks
             found: dict[bytes, bytes] = {}
             try:
@@ -288,11 +288,6 @@ def idle(consumer: AIOKafkaConsumer) -> None:
     partition at its end, each answered by the broker). Paused rather than unassigned: a
     consumer with nothing assigned asks the broker for the metadata of every topic."""
     consumer.pause(*consumer.assignment())
-
-
-async def _started(consumer: AIOKafkaConsumer) -> AIOKafkaConsumer:
-    await consumer.start()
-    return consumer
 
 
 class KafkaChangelog:

@@ -29,7 +29,7 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 
 from service.agent.definition import AgentDefinition
 from service.observability.operability import Operability
-from service.runtime.clients import connection_options
+from service.runtime.clients import connection_options, started
 from service.runtime.commit_stats import CommitStats
 from service.runtime.consumer_loop import ConsumerLoop
 from service.runtime.faults import FaultPoints
@@ -219,7 +219,7 @@ class Runtime:
             if shared is not None
             else f"{transactional_id_prefix(group)}<partition>",
         )
-        await consumer.start()
+        await started(consumer)
         try:
             await transport.offsets.start()
             if shared is not None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from service.runtime.clients import reader
+from service.runtime.clients import reader, started
 from service.sessions.store import event_seq_of
 from service.sessions.table import SqliteTable, StoreBrokenError, StoreLockedError
 from service.settings import KafkaSettings
@@ -63,8 +63,7 @@ class Standby:
                 await self._synced.wait_for(lambda: partition not in self._tables)
 
     async def run(self) -> None:
-        consumer = reader(self._kafka, max_partition_fetch_bytes=8 * 1024 * 1024)
-        await consumer.start()
+        consumer = await started(reader(self._kafka, max_partition_fetch_bytes=8 * 1024 * 1024))
         try:
             while True:
                 if self._changed.is_set():

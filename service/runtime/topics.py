@@ -71,8 +71,8 @@ async def create_topics(kafka: KafkaSettings, topics: TopicSettings) -> dict[str
     counts = await partition_counts(kafka, [spec.name for spec in specs])
     specs = [_fitted(spec, topics, counts) for spec in specs]
     client = admin(kafka)
-    await client.start()
     try:
+        await client.start()
         missing = [spec for spec in specs if counts[spec.name] is None]
         response = (
             await client.create_topics(
@@ -138,8 +138,8 @@ def _fitted(spec: TopicSpec, topics: TopicSettings, counts: dict[str, int | None
 async def wait_for_leaders(kafka: KafkaSettings, names: list[str], timeout_s: float = 30.0) -> None:
     """Return once every partition of the named topics has a leader (new topics need a moment)."""
     client = admin(kafka)
-    await client.start()
     try:
+        await client.start()
         deadline = time.monotonic() + timeout_s
         while True:
             described = await client.describe_topics(names)
@@ -159,8 +159,8 @@ async def wait_for_leaders(kafka: KafkaSettings, names: list[str], timeout_s: fl
 async def partition_counts(kafka: KafkaSettings, names: list[str]) -> dict[str, int | None]:
     """Partition count of each named topic; ``None`` when the topic does not exist."""
     client = admin(kafka)
-    await client.start()
     try:
+        await client.start()
         described = await client.describe_topics(names)
     finally:
         await client.close()
