@@ -52,7 +52,8 @@ class HealthServer:
 
     ``readiness`` says whether every assigned partition is restored; ``liveness`` (optional)
     whether the processing loop still makes progress; ``drain`` (optional) stops taking new work
-    and returns once in-flight work reached a boundary (called by the orchestrator's pre-stop hook).
+    and returns once in-flight work reached a boundary and the partitions were given back (called
+    by the orchestrator's pre-stop hook).
     """
 
     def __init__(

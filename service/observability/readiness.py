@@ -94,5 +94,9 @@ class LoopHeartbeat:
     def beat(self) -> None:
         self._last = time.monotonic()
 
+    def rest(self) -> None:
+        """The loop ended on purpose (a drain): alive from now on, as before its first beat."""
+        self._last = None
+
     def __call__(self) -> bool:
         return self._last is None or time.monotonic() - self._last < self._stale_after_s

@@ -10,7 +10,8 @@ re-created only once the group coordinator has answered a heartbeat sent after t
 instance woken from a pause past the session timeout still holds the assignment it lost, and
 an owner re-created then would fence the partition's new owner. Until the broker answers and
 the topics exist it waits (``service.runtime.startup``), not ready, and a stop ends that wait
-at once.
+at once. A drain (``service.runtime.drain``) in any phase leaves the group, or never joins it,
+and the instance then holds nothing until its stop signal.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import asyncio
 import contextlib
 import logging
 import tempfile
-import uuid
 from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -32,6 +32,7 @@ from service.observability.operability import Operability
 from service.runtime.clients import connection_options, started
 from service.runtime.commit_stats import CommitStats
 from service.runtime.consumer_loop import ConsumerLoop
+from service.runtime.drain import Drain, StopOrDrain
 from service.runtime.faults import FaultPoints
 from service.runtime.group_member import KafkaGroupMember
 from service.runtime.kafka_transport import KafkaInput, KafkaTransport
@@ -43,11 +44,16 @@ from service.runtime.restore import SessionsReader
 from service.runtime.standby import Standby
 from service.runtime.startup import wait_for_topics
 from service.runtime.streams import InstanceStream, PartitionStreams, Streams
+from service.runtime.transactional_ids import (
+    instance_transactional_id,
+    partition_transactional_id,
+    transactional_id_prefix,
+)
 from service.runtime.transport import GroupMember, discard
 from service.runtime.txn_stream import TransactionStream
 from service.runtime.txn_v2 import KafkaTxnV2Producer
 from service.sessions.cache import SessionCache
-from service.settings import GroupSettings, Settings
+from service.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +92,7 @@ class Runtime:
         self._stopping = False
         self._halted = asyncio.Event()
         """Set with ``_stopping``: cuts short the waits before owners are re-created."""
+        self._drain = Drain()
         self._tasks: asyncio.TaskGroup | None = None
         self._ctx: OwnerContext | None = None
         self._member: GroupMember | None = None
@@ -111,12 +118,27 @@ class Runtime:
         return frozenset(self._assigned)
 
     async def run(self, stop: asyncio.Event) -> None:
+        """Serve until ``stop``; after a drain, hold nothing and wait for ``stop``."""
+        try:
+            await self._serve(StopOrDrain(stop, self._drain))
+        finally:
+            self._drain.done()
+        if self._drain.asked and not stop.is_set():
+            # Not stalled: the fetch loop ended on purpose, and a restart would join again.
+            self._ops.heartbeat.rest()
+            logger.info("drained: holding no partition, waiting for the stop signal")
+            await stop.wait()
+
+    async def _serve(self, stop: StopOrDrain) -> None:
         settings = self._settings
         partitions = await wait_for_topics(
             settings.kafka, settings.topics, stop, waiting=self._ops.readiness.waiting
         )
         if partitions is None:
-            logger.info("stopped before joining the group")
+            if self._drain.asked:
+                logger.info("drained before joining the group: it is not joined")
+            else:
+                logger.info("stopped before joining the group")
             return
         group = settings.group
         consumer = AIOKafkaConsumer(
@@ -236,9 +258,7 @@ class Runtime:
                 following = tasks.create_task(standby.run()) if standby is not None else None
                 await stop.wait()
                 logger.info("owners=<%d> | stopping: draining partitions", len(self._owners))
-                self._stopping = True
-                self._halted.set()
-                self._ops.readiness.stopping()
+                self._begin_stopping()
                 loop.stop()
                 await fetching
                 await self._stop_owners(set(self._owners))
@@ -254,18 +274,26 @@ class Runtime:
             await transport.offsets.close()
             await sessions.close()
             await consumer.stop()
+            # Out of the group: nothing is held (after a drain the process lives on, probed).
+            self._ops.readiness.revoked(self._assigned)
+            self._assigned = set()
             if scratch is not None:
                 scratch.cleanup()
             logger.info("left the group")
 
     async def drain(self) -> None:
-        """Stop taking work and let every owned partition reach a commit (the pre-stop hook);
-        the instance stays in the group until :meth:`run`'s stop event ends it."""
-        logger.info("owners=<%d> | drain requested: draining partitions", len(self._owners))
+        """The pre-stop hook: stop taking work, let every owned partition reach a commit and
+        leave the group (or never join it), so other instances take the partitions at once;
+        returns once nothing is held. :meth:`run` then waits for its stop event."""
+        logger.info("owners=<%d> | drain requested: leaving the group", len(self._owners))
+        self._begin_stopping()
+        await self._drain.request()
+
+    def _begin_stopping(self) -> None:
+        """No owner starts from now on, and the instance reports not ready."""
         self._stopping = True
         self._halted.set()
         self._ops.readiness.stopping()
-        await self._stop_owners(set(self._owners))
 
     async def _assign(self, partitions: set[int]) -> None:
         self._joined = True
@@ -416,22 +444,3 @@ class Runtime:
             task.cancel()
         if pending:
             await asyncio.wait(pending)
-
-
-def transactional_id_prefix(group: GroupSettings) -> str:
-    """What every transactional id of the group's instances starts with: the one prefix a
-    least-privilege ACL grants (docs/runtime.md, "Kafka ACLs")."""
-    return f"{group.group_id}-"
-
-
-def partition_transactional_id(group: GroupSettings, partition: int) -> str:
-    """The transactional id of a partition's own stream (``transaction_streams=partition``)."""
-    return f"{transactional_id_prefix(group)}{partition}"
-
-
-def instance_transactional_id(settings: Settings) -> str:
-    """The instance's transactional id: stable across restarts of a static member (its new
-    incarnation fences the old one at once), unique per process otherwise."""
-    group = settings.group
-    suffix = group.instance_id if group.instance_id is not None else uuid.uuid4().hex[:12]
-    return f"{transactional_id_prefix(group)}{suffix}"

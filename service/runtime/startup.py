@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
-from typing import Final
+from typing import Final, Protocol
 
 from aiokafka.errors import KafkaError
 
@@ -30,10 +30,18 @@ Waiting = Callable[[str | None], None]
 """Told why the instance waits (``None`` once it no longer does): the readiness detail."""
 
 
+class StopSignal(Protocol):
+    """What ends the wait: an :class:`asyncio.Event`, or the runtime's stop or drain."""
+
+    def is_set(self) -> bool: ...
+
+    async def wait(self) -> object: ...
+
+
 async def wait_for_topics(
     kafka: KafkaSettings,
     topics: TopicSettings,
-    stop: asyncio.Event,
+    stop: StopSignal,
     *,
     waiting: Waiting | None = None,
     backoff: RestartBackoff | None = None,

@@ -129,7 +129,7 @@ def test_every_transactional_id_the_runtime_uses_has_the_granted_prefix() -> Non
     ids.append(instance_transactional_id(Settings(group=GroupSettings(instance_id="pod-0"))))
     assert all(i.startswith(prefix) for i in ids), ids
     # And the runtime names its streams with these functions, not on its own.
-    source = inspect.getsource(Runtime.run)
+    source = inspect.getsource(Runtime._serve)
     assert "partition_transactional_id(" in source
     assert "instance_transactional_id(" in source
 
@@ -273,7 +273,7 @@ def test_scaled_object_scales_the_deployment_on_the_commands_lag_of_the_group() 
     assert int(metadata["lagThreshold"]) > 0
     # A partition without committed offsets is read from its start by the service, so all of
     # it is lag.
-    assert 'auto_offset_reset="earliest"' in inspect.getsource(Runtime.run)
+    assert 'auto_offset_reset="earliest"' in inspect.getsource(Runtime._serve)
     assert metadata["offsetResetPolicy"] == "earliest"
 
 

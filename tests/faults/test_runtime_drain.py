@@ -3,12 +3,22 @@ exits cleanly within the grace period, and the next instance continues from that
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 
 import pytest
 
-from tests.support.runtime_harness import Client, Cluster, invoke, services, unique, wait_for
+from tests.support.runtime_harness import (
+    Client,
+    Cluster,
+    health_port,
+    invoke,
+    probe,
+    services,
+    unique,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.faults, pytest.mark.timeout(120)]
 
@@ -47,3 +57,44 @@ async def test_sigterm_commits_the_next_boundary_and_the_next_instance_goes_on(
     assert [m["index"] for m in calls if m["pid"] == second.pid] == [3, 4, 5, 6]
     tools = Counter(c["tool_use_id"] for c in cluster.tool_calls())
     assert tools == Counter({f"t1c{i}": 1 for i in range(6)})
+
+
+async def test_a_drain_gives_the_partitions_to_the_other_instance_before_sigterm(
+    cluster: Cluster,
+) -> None:
+    """The pre-stop hook's drain leaves the group: the other instance takes every partition
+    and serves while the drained one, alive and not ready, waits for its SIGTERM."""
+    everything = sorted(str(p) for p in range(cluster.partitions))
+    with services() as procs:
+        first = cluster.start("first")
+        procs.append(first)
+        await first.wait_ready()
+        second = cluster.start("second")
+        procs.append(second)
+        await second.wait_ready()
+        first_health, second_health = await health_port(first), await health_port(second)
+
+        assert await probe(first_health, "/drain") == (200, {"status": "drained"})
+        status, body = await probe(first_health, "/readyz")
+        assert (status, body["assigned"]) == (503, [])
+        assert (await probe(first_health, "/livez"))[0] == 200
+
+        answers: list[tuple[int, dict[str, object]]] = []
+
+        async def owns_everything() -> bool:
+            answers.append(await probe(second_health, "/readyz"))
+            return answers[-1][0] == 200 and answers[-1][1]["assigned"] == everything
+
+        deadline = time.monotonic() + 30
+        while not await owns_everything():
+            assert time.monotonic() < deadline, (answers[-1], second.text()[-3000:])
+            await asyncio.sleep(0.1)
+        async with Client(cluster) as client:
+            commands = [invoke(unique("s"), "hi", agent="simple") for _ in range(8)]
+            for command in commands:
+                await client.send(command)
+            for command in commands:
+                await client.result(command["command_id"], timeout=60, alive=second)
+        assert first.alive
+        assert await first.terminate() == 0
+        assert await second.terminate() == 0

@@ -11,8 +11,6 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import aiohttp
-import orjson
 import pytest
 
 from tests.support.runtime_harness import (
@@ -22,25 +20,18 @@ from tests.support.runtime_harness import (
     ServiceProcess,
     health_port,
     invoke,
+    probe,
     wait_for,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 
 
-async def _probe(port: int, path: str) -> tuple[int, dict[str, object]]:
-    async with (
-        aiohttp.ClientSession() as http,
-        http.get(f"http://127.0.0.1:{port}{path}") as response,
-    ):
-        return response.status, orjson.loads(await response.read())
-
-
 async def _wait_ready(port: int, proc: ServiceProcess) -> None:
     statuses: list[int] = []
 
     async def ready() -> bool:
-        statuses.append((await _probe(port, "/readyz"))[0])
+        statuses.append((await probe(port, "/readyz"))[0])
         return statuses[-1] == 200
 
     deadline = asyncio.get_running_loop().time() + 60
@@ -82,6 +73,20 @@ async def _forwarder(port: int, target: str) -> AsyncIterator[None]:
         server.close()
 
 
+def _topics_create(cluster: Cluster) -> None:
+    """``cairn topics create``, as an operator runs it."""
+    created = subprocess.run(
+        [sys.executable, "-m", "service", "topics", "create"],
+        cwd=REPO,
+        env=cluster.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert created.returncode == 0, created.stderr
+
+
 async def _answers(cluster: Cluster) -> None:
     """The instance serves: an invoke gets its result."""
     async with Client(cluster) as client:
@@ -100,15 +105,15 @@ async def test_a_broker_that_appears_later_makes_it_ready(cluster: Cluster) -> N
     try:
         await proc.wait_log("not serving yet", count=2)
         health = await health_port(proc)
-        status, body = await _probe(health, "/readyz")
+        status, body = await probe(health, "/readyz")
         assert status == 503
         assert f"127.0.0.1:{port} unreachable" in str(body["waiting"])
-        assert (await _probe(health, "/livez"))[0] == 200
+        assert (await probe(health, "/livez"))[0] == 200
         assert "Traceback" not in proc.text()
 
         async with _forwarder(port, cluster.bootstrap):
             await _wait_ready(health, proc)
-            status, body = await _probe(health, "/readyz")
+            status, body = await probe(health, "/readyz")
             assert "waiting" not in body
             assert proc.log_count("broker and topics found") == 1
             await _answers(cluster)
@@ -126,25 +131,52 @@ async def test_missing_topics_are_waited_for_until_topics_create(
     try:
         await proc.wait_log("not serving yet", count=2)
         health = await health_port(proc)
-        status, body = await _probe(health, "/readyz")
+        status, body = await probe(health, "/readyz")
         assert status == 503
         assert "missing topics" in str(body["waiting"])
         assert cluster.topics.commands in str(body["waiting"])
-        assert (await _probe(health, "/livez"))[0] == 200
+        assert (await probe(health, "/livez"))[0] == 200
 
-        created = subprocess.run(
-            [sys.executable, "-m", "service", "topics", "create"],
-            cwd=REPO,
-            env=cluster.env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert created.returncode == 0, created.stderr
+        _topics_create(cluster)
         await _wait_ready(health, proc)
         await _answers(cluster)
         assert await proc.terminate() == 0
         assert "Traceback" not in proc.text()
     finally:
         proc.kill()
+
+
+async def test_a_drain_while_waiting_keeps_the_instance_out_of_the_group(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A pre-stop hook's drain during the wait: the instance never joins, so once the topics
+    exist another instance takes every partition and serves; the drained one waits, alive and
+    not ready, for its SIGTERM."""
+    cluster = Cluster(kafka_bootstrap, tmp_path)  # no topics yet
+    first = cluster.start("first")
+    second = None
+    try:
+        await first.wait_log("not serving yet")
+        health = await health_port(first)
+        assert await probe(health, "/drain") == (200, {"status": "drained"})
+        await first.wait_log("drained before joining the group")
+
+        _topics_create(cluster)
+        second = cluster.start("second")
+        second_health = await health_port(second)
+        await _wait_ready(second_health, second)
+        everything = sorted(str(p) for p in range(cluster.partitions))
+        assert (await probe(second_health, "/readyz"))[1]["assigned"] == everything
+        await _answers(cluster)
+
+        status, body = await probe(health, "/readyz")
+        assert (status, body["assigned"], body["stopping"]) == (503, [], True)
+        assert (await probe(health, "/livez"))[0] == 200
+        assert first.log_count("| joining") == 0
+        assert await first.terminate() == 0
+        assert await second.terminate() == 0
+        assert "Traceback" not in first.text()
+    finally:
+        first.kill()
+        if second is not None:
+            second.kill()

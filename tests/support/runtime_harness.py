@@ -506,6 +506,16 @@ async def health_port(proc: ServiceProcess) -> int:
     return int(match.group(1))
 
 
+async def probe(port: int, path: str) -> tuple[int, dict[str, Any]]:
+    """Status and JSON body of a GET of the operator endpoint on ``port`` (``/readyz``,
+    ``/livez``, ``/drain``)."""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://127.0.0.1:{port}{path}") as response,
+    ):
+        return response.status, orjson.loads(await response.read())
+
+
 async def metric_total(proc: ServiceProcess, family: str) -> float:
     """The sum of the ``_total`` samples of a counter family on the process's ``/metrics``."""
     port = await health_port(proc)

@@ -254,7 +254,7 @@ async def test_a_stop_does_not_wait_for_a_heartbeat_left_unanswered() -> None:
             while ("group", "heartbeat") not in kafka.calls:
                 await asyncio.sleep(0.005)
             stopped_at = loop.time()
-            await runtime.drain()
+            runtime._begin_stopping()  # what a stop and a drain begin with
         took_s = loop.time() - stopped_at  # the task group waited for the failed owner's task
     assert not gate.is_set()
     assert len(script.started) == 1, "an owner was re-created while stopping"
