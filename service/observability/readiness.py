@@ -1,13 +1,16 @@
-"""Readiness of one instance: ready once joined and every owned partition is restored.
+"""Readiness of one instance: ready once joined, while its group membership is current, and
+when every owned partition is restored.
 
-The runtime reports assignment and restore progress; the HTTP ``/readyz`` route asks. An
-instance that owns no partition after joining (more members than partitions) is ready.
+The runtime reports assignment and restore progress and lends a check of its membership; the
+HTTP ``/readyz`` route asks. An instance that owns no partition after joining (more members than
+partitions) is ready; one whose membership lapsed (the broker out of reach past the session
+timeout) serves nothing and is not.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from service.observability.metrics import Metrics
@@ -27,10 +30,19 @@ class RestoreTracker:
         self._assigned: set[Hashable] = set()
         self._restoring: dict[Hashable, float] = {}
         self._waiting: str | None = None
+        self._lost: Callable[[], str | None] | None = None
 
     def waiting(self, reason: str | None) -> None:
         """Why the instance cannot join yet (the broker, the topics); ``None`` once it can."""
         self._waiting = reason
+
+    def membership(self, lost: Callable[[], str | None] | None) -> None:
+        """Asked at each probe why the group membership is not current (``None`` while it is);
+        set while the runtime is in its group, ``None`` outside it. Must be cheap: no I/O."""
+        self._lost = lost
+
+    def _lost_why(self) -> str | None:
+        return self._lost() if self._lost is not None else None
 
     def assigned(self, partitions: Iterable[Hashable]) -> None:
         """Partitions were added to this instance; each restores before it serves."""
@@ -65,7 +77,9 @@ class RestoreTracker:
         self._stopping = True
 
     def __call__(self) -> bool:
-        return self._joined and not self._stopping and not self._restoring
+        return (
+            self._joined and not self._stopping and not self._restoring and self._lost_why() is None
+        )
 
     def describe(self) -> dict[str, Any]:
         """A JSON-able snapshot for the ``/readyz`` body."""
@@ -77,6 +91,9 @@ class RestoreTracker:
         }
         if self._waiting is not None:
             snapshot["waiting"] = self._waiting
+        lost = self._lost_why()
+        if lost is not None:
+            snapshot["membership"] = lost
         return snapshot
 
 

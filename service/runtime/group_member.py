@@ -14,6 +14,8 @@ request (marking the coordinator for a new lookup, as its own heartbeat would).
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
@@ -63,3 +65,48 @@ def membership_of(consumer: AIOKafkaConsumer, instance_id: str | None) -> Member
     if coordinator is None or coordinator.generation < 0 or not coordinator.member_id:
         return None
     return Membership(coordinator.generation, coordinator.member_id, instance_id)
+
+
+class MembershipWatch:
+    """Whether the instance still counts as a member of its group, from what aiokafka already
+    knows (no request, so a readiness probe may ask as often as it likes): the generation it
+    joined, and a group coordinator reached within the last session timeout.
+
+    aiokafka keeps its generation while it cannot reach the broker, and marks the coordinator
+    unknown at the first request to it that fails; unknown for a session timeout, no heartbeat
+    reached the coordinator for that long, so the group has expired the membership and given
+    its partitions to others. The instance then serves nothing until it rejoins: not ready,
+    though alive (a restart would not bring the broker back). Sampled at each turn of the fetch
+    loop and at each probe, so the time is that of the first sample to see it unknown.
+    """
+
+    def __init__(
+        self,
+        consumer: AIOKafkaConsumer,
+        *,
+        session_timeout_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._consumer = consumer
+        self._session_timeout_s = session_timeout_s
+        self._clock = clock
+        self._unreached_since: float | None = None
+
+    def lost(self) -> str | None:
+        """Why the membership is not current, or None while it is (as far as aiokafka knows)."""
+        if membership_of(self._consumer, None) is None:
+            self._unreached_since = None
+            return "no group membership: joining the group"
+        if self._consumer._coordinator.coordinator_id is not None:
+            self._unreached_since = None
+            return None
+        now = self._clock()
+        if self._unreached_since is None:
+            self._unreached_since = now
+        unreached_s = now - self._unreached_since
+        if unreached_s < self._session_timeout_s:
+            return None
+        return (
+            f"group coordinator unreachable for {unreached_s:.0f} s, past the session timeout: "
+            "the group membership has expired"
+        )

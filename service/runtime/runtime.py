@@ -34,7 +34,7 @@ from service.runtime.commit_stats import CommitStats
 from service.runtime.consumer_loop import ConsumerLoop
 from service.runtime.drain import Drain, StopOrDrain
 from service.runtime.faults import FaultPoints
-from service.runtime.group_member import KafkaGroupMember
+from service.runtime.group_member import KafkaGroupMember, MembershipWatch
 from service.runtime.kafka_transport import KafkaInput, KafkaTransport
 from service.runtime.loop_lag import LoopLag
 from service.runtime.partition_owner import InFlight, OwnerContext, OwnerExit, PartitionOwner
@@ -223,12 +223,19 @@ class Runtime:
             partitions=partitions,
             cache=SessionCache(settings.sessions.cache_max_bytes),
         )
+        watch = MembershipWatch(consumer, session_timeout_s=group.session_timeout_ms / 1000)
+        beat = self._ops.heartbeat.beat
+
+        def turned() -> None:
+            beat()
+            watch.lost()  # a sample: a lapse is dated from the first turn that sees it
+
         loop = ConsumerLoop(
             inputs,
             self._owners,
             self.inflight,
             max_records=settings.runtime.fetch_max_records,
-            on_turn=self._ops.heartbeat.beat,
+            on_turn=turned,
         )
         logger.info(
             "group=<%s>, instance=<%s>, partitions=<%d>, transaction_streams=<%s>, "
@@ -242,6 +249,7 @@ class Runtime:
             else f"{transactional_id_prefix(group)}<partition>",
         )
         await started(consumer)
+        self._ops.readiness.membership(watch.lost)
         try:
             await transport.offsets.start()
             if shared is not None:
@@ -275,6 +283,7 @@ class Runtime:
             await sessions.close()
             await consumer.stop()
             # Out of the group: nothing is held (after a drain the process lives on, probed).
+            self._ops.readiness.membership(None)
             self._ops.readiness.revoked(self._assigned)
             self._assigned = set()
             if scratch is not None:

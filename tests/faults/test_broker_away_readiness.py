@@ -1,0 +1,92 @@
+"""Readiness while the broker is away: an instance cut off from its broker past the session
+timeout has lost its group membership and serves nothing, so it reports not ready (and stays
+alive: a restart would not bring the broker back); ready again once the broker is back, it
+rejoined and its partitions are restored, and it answers. Meanwhile no client it started is
+left unclosed (aiokafka's ``Unclosed AIOKafkaConsumer`` ERROR)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.own_broker import OwnBroker, own_broker
+from tests.support.runtime_harness import (
+    Client,
+    Cluster,
+    ServiceProcess,
+    health_port,
+    invoke,
+    probe,
+    services,
+    unique,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.faults, pytest.mark.timeout(400)]
+
+SESSION_TIMEOUT_S = 6.0
+"""The harness's ``CAIRN_GROUP__SESSION_TIMEOUT_MS``."""
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[OwnBroker]:
+    with own_broker(tmp_path / "kafka") as started:
+        yield started
+
+
+async def _readyz_until(
+    port: int, proc: ServiceProcess, status: int, timeout: float
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    answers: list[tuple[int, dict[str, Any]]] = []
+    while True:
+        answers.append(await probe(port, "/readyz"))
+        if answers[-1][0] == status:
+            return answers[-1][1]
+        assert proc.alive, proc.text()[-3000:]
+        assert time.monotonic() < deadline, (answers[-1], proc.text()[-3000:])
+        await asyncio.sleep(0.2)
+
+
+async def _answers(cluster: Cluster, proc: ServiceProcess) -> None:
+    async with Client(cluster) as client:
+        commands = [invoke(unique("s"), "hi", agent="simple") for _ in range(6)]
+        for command in commands:
+            await client.send(command)
+        for command in commands:
+            await client.result(command["command_id"], timeout=90, alive=proc)
+
+
+async def test_not_ready_while_the_broker_is_away_past_the_session_timeout(
+    broker: OwnBroker, tmp_path: Path
+) -> None:
+    cluster = Cluster(broker.bootstrap, tmp_path)
+    await cluster.create_topics()
+    with services() as procs:
+        proc = cluster.start("only")
+        procs.append(proc)
+        await proc.wait_ready()
+        port = await health_port(proc)
+        await _readyz_until(port, proc, 200, 30)
+
+        stopped = time.monotonic()
+        broker.stop()
+        body = await _readyz_until(port, proc, 503, 3 * SESSION_TIMEOUT_S + 10)
+        assert time.monotonic() - stopped >= SESSION_TIMEOUT_S
+        assert "session timeout" in body["membership"], body
+        assert (await probe(port, "/livez"))[0] == 200
+        # Still not ready a while later: nothing comes back on its own.
+        await asyncio.sleep(SESSION_TIMEOUT_S)
+        assert (await probe(port, "/readyz"))[0] == 503
+        assert (await probe(port, "/livez"))[0] == 200
+
+        broker.start()
+        body = await _readyz_until(port, proc, 200, 120)
+        assert "membership" not in body
+        await _answers(cluster, proc)
+        assert await proc.terminate() == 0
+    assert "Unclosed AIOKafka" not in proc.text()

@@ -1,0 +1,71 @@
+"""The membership check of readiness: current while aiokafka holds a generation and reaches the
+group coordinator, lapsed once the coordinator stayed out of reach for a session timeout (the
+group has expired the membership by then), current again when the coordinator answers."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, cast
+
+from aiokafka import AIOKafkaConsumer
+
+from service.observability.readiness import RestoreTracker
+from service.runtime.group_member import MembershipWatch
+
+
+def _consumer() -> Any:
+    coordinator = SimpleNamespace(generation=3, member_id="m-1", coordinator_id=1)
+    return SimpleNamespace(_coordinator=coordinator)
+
+
+def _watch(consumer: Any, now: list[float]) -> MembershipWatch:
+    return MembershipWatch(
+        cast(AIOKafkaConsumer, consumer), session_timeout_s=6.0, clock=lambda: now[0]
+    )
+
+
+def test_a_coordinator_out_of_reach_for_a_session_timeout_lapses_the_membership() -> None:
+    consumer, now = _consumer(), [100.0]
+    watch = _watch(consumer, now)
+    assert watch.lost() is None
+    consumer._coordinator.coordinator_id = None  # a request to it failed
+    assert watch.lost() is None
+    now[0] = 105.9
+    assert watch.lost() is None
+    now[0] = 106.0
+    assert "past the session timeout" in str(watch.lost())
+    now[0] = 160.0
+    assert "unreachable for 60 s" in str(watch.lost())
+
+    consumer._coordinator.coordinator_id = 1  # found again
+    assert watch.lost() is None
+    consumer._coordinator.coordinator_id = None
+    now[0] = 161.0
+    assert watch.lost() is None  # a new lapse is dated afresh
+
+
+def test_no_generation_is_no_membership() -> None:
+    consumer, now = _consumer(), [0.0]
+    watch = _watch(consumer, now)
+    consumer._coordinator.generation = -1  # reset: the coordinator no longer knew the member
+    consumer._coordinator.member_id = ""
+    assert "joining" in str(watch.lost())
+
+
+def test_readiness_follows_the_membership() -> None:
+    lost: list[str | None] = [None]
+    tracker = RestoreTracker()
+    tracker.membership(lambda: lost[0])
+    tracker.assigned([0])
+    tracker.restored(0)
+    assert tracker()
+    assert "membership" not in tracker.describe()
+
+    lost[0] = "group coordinator unreachable"
+    assert not tracker()
+    assert tracker.describe()["membership"] == "group coordinator unreachable"
+
+    lost[0] = None
+    assert tracker()
+    tracker.membership(None)  # out of the group: nothing to ask
+    assert tracker()
