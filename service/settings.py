@@ -9,6 +9,7 @@ import difflib
 import logging
 import os
 import re
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
@@ -16,11 +17,68 @@ from typing import Literal
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+DEFAULT_KAFKA_PORT = 9092
+"""The port aiokafka connects to for a server given without one."""
+_PORT = re.compile(r"[0-9]{1,5}")
+_BRACKETED = re.compile(r"\[([^\[\]]*)\](?::(.*))?")
+
+
+def bootstrap_problem(servers: str) -> str | None:
+    """Why ``servers`` is not a bootstrap list aiokafka can connect to, or None when it is.
+
+    aiokafka parses the list only when it first connects, and a port out of range or not a
+    number then ends the process with a traceback from deep in the client, so the list is
+    checked here, as aiokafka reads it (``aiokafka.conn.collect_hosts``): comma-separated
+    ``HOST:PORT``, ``HOST`` alone (port 9092), ``[IPV6]:PORT``, ``[IPV6]`` or a bare IPv6
+    address. The value itself is never quoted (settings errors never echo one).
+    """
+    entries = servers.strip().split(",")
+    for number, entry in enumerate(entries, start=1):
+        where = f"server {number} of {len(entries)}" if len(entries) > 1 else "the server"
+        problem = _server_problem(entry.strip())
+        if problem is not None:
+            return f"{where} is not HOST:PORT: {problem}"
+    return None
+
+
+def _server_problem(server: str) -> str | None:
+    if not server:
+        return "it is empty"
+    bracketed = _BRACKETED.fullmatch(server)
+    if bracketed is not None:
+        host, port = bracketed.groups()
+        if not _is_ipv6(host):
+            return "the host in brackets is not an IPv6 address"
+        return None if port is None else _port_problem(port)
+    if server.startswith("[") or _is_ipv6(server):
+        return None if _is_ipv6(server) else "an unclosed or misplaced bracket"
+    host, colon, port = server.rpartition(":")
+    if not colon:
+        host, port = server, str(DEFAULT_KAFKA_PORT)
+    if not host or any(c.isspace() or c in "/[]@" for c in host):
+        return "the host is empty or holds a space, '/', '@' or a bracket"
+    return _port_problem(port)
+
+
+def _port_problem(port: str) -> str | None:
+    if not _PORT.fullmatch(port) or not 1 <= int(port) <= 65535:
+        return "the port is not a number from 1 to 65535"
+    return None
+
+
+def _is_ipv6(host: str) -> bool:
+    try:
+        socket.inet_pton(socket.AF_INET6, host)
+    except (OSError, ValueError):
+        return False
+    return True
+
 
 class KafkaSettings(BaseModel):
     """Connection options handed to every aiokafka client unchanged."""
 
     bootstrap_servers: str = "localhost:9092"
+    """Comma-separated ``HOST:PORT`` (see :func:`bootstrap_problem`), checked at start-up."""
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = None
     sasl_username: str | None = None
@@ -30,6 +88,14 @@ class KafkaSettings(BaseModel):
     ssl_keyfile: str | None = None
     client_id: str = "cairn"
     request_timeout_ms: int = Field(default=30_000, gt=0)
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _servers(cls, value: str) -> str:
+        problem = bootstrap_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
 
 class TopicSettings(BaseModel):

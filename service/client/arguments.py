@@ -18,7 +18,7 @@ from typing import Any
 from service.client import actions, commands, render
 from service.client.kafka_io import ClientError
 from service.serve_cli import load_settings
-from service.settings import Settings
+from service.settings import Settings, bootstrap_problem
 
 Action = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
 Subparsers = Any
@@ -44,7 +44,9 @@ def _wait_options(args: argparse.Namespace) -> actions.WaitOptions:
 
 def _add_common(parser: argparse.ArgumentParser, *, waits: bool) -> None:
     parser.add_argument(
-        "--bootstrap-servers", help="Kafka bootstrap servers (default: from CAIRN_ settings)"
+        "--bootstrap-servers",
+        type=_bootstrap_servers,
+        help="Kafka bootstrap servers, HOST:PORT[,HOST:PORT...] (default: from CAIRN_ settings)",
     )
     if waits:
         parser.add_argument("--command-id", help="the command id (default: a new random one)")
@@ -275,6 +277,14 @@ def _positive(text: str) -> int:
     if not 1 <= value < 2**63:
         raise argparse.ArgumentTypeError(f"{text} is not from 1 to 2**63-1")
     return value
+
+
+def _bootstrap_servers(text: str) -> str:
+    """Checked as the setting is: it replaces ``kafka.bootstrap_servers`` unvalidated."""
+    problem = bootstrap_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def _seconds(text: str) -> float:

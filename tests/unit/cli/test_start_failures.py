@@ -71,6 +71,8 @@ def _own_lines(stderr: str, command: str) -> list[str]:
         ("CAIRN_LOG_LEVEL", "LOUD", "not a log level"),
         ("CAIRN_HEALTH_PORT", "-1", "greater than or equal to 0"),
         ("CAIRN_HEALTH_PORT", "99999", "less than or equal to 65535"),
+        ("CAIRN_KAFKA__BOOTSTRAP_SERVERS", "127.0.0.1:99999", "port is not a number from 1"),
+        ("CAIRN_KAFKA__BOOTSTRAP_SERVERS", "127.0.0.1:abc", "port is not a number from 1"),
     ],
 )
 @pytest.mark.parametrize(

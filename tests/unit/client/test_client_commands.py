@@ -229,3 +229,15 @@ def test_text_from_the_wire_cannot_drive_the_terminal(capsys: pytest.CaptureFixt
         capsys.readouterr().out
         == "session s-1\\x1b]0;owned\\x07\\x1b[2J\\rfake\\x9b:\tdone\nnext\n"
     )
+
+
+def test_a_bootstrap_option_aiokafka_would_choke_on_is_refused_by_the_parser(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """It replaces the setting unchecked, so it is checked as the setting is."""
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["watch", "--bootstrap-servers", "127.0.0.1:99999"])
+    assert exited.value.code == 2
+    assert "port is not a number from 1 to 65535" in capsys.readouterr().err
+    args = build_parser().parse_args(["watch", "--bootstrap-servers", "[::1]:9092"])
+    assert args.bootstrap_servers == "[::1]:9092"

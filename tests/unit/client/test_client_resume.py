@@ -142,10 +142,12 @@ def test_next_hints_keep_the_bootstrap_servers_given(
     assert out[-1] == f"  next: cairn resume --session s1 --bootstrap-servers {servers} --wait"
 
     kafka.answer_with = "interrupt"
-    assert main(["invoke", "--session", "s1", "--wait", "--bootstrap-servers", "h 1:9", "hi"]) == 0
+    assert (
+        main(["invoke", "--session", "s1", "--wait", "--bootstrap-servers", "[::1]:9", "hi"]) == 0
+    )
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == (
-        "  next: cairn resume --session s1 --bootstrap-servers 'h 1:9' --answer true --wait"
+        "  next: cairn resume --session s1 --bootstrap-servers '[::1]:9' --answer true --wait"
     )
 
     kafka.results = [result("c1", "checkpoint", checkpoint=CHECKPOINT)]

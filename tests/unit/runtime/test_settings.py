@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from service.settings import Settings, setting_names, unknown_settings
+from service.settings import KafkaSettings, Settings, setting_names, unknown_settings
 
 
 def test_nested_environment_settings(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -61,3 +61,44 @@ def test_every_setting_name_is_read_and_no_other_is_taken_for_one(
             "OTHER": "x",
         }
     ) == [("cairn_runtime__max_inflight", "CAIRN_RUNTIME__MAX_IN_FLIGHT")]
+
+
+@pytest.mark.parametrize(
+    "servers",
+    [
+        "broker:9093",
+        "a:1,b:65535",
+        " a:1 , b:2 ",
+        "broker",  # aiokafka connects to 9092
+        "[::1]:9092",
+        "[::1]",
+        "::1",
+        "kafka-0.kafka.svc.cluster.local:9094",
+    ],
+)
+def test_bootstrap_servers_aiokafka_reads_are_taken(servers: str) -> None:
+    assert KafkaSettings(bootstrap_servers=servers).bootstrap_servers == servers
+
+
+@pytest.mark.parametrize(
+    ("servers", "says"),
+    [
+        ("127.0.0.1:99999", "the server is not HOST:PORT: the port is not a number from 1"),
+        ("127.0.0.1:abc", "the port is not a number"),
+        ("127.0.0.1:0", "the port is not a number"),
+        ("127.0.0.1:", "the port is not a number"),
+        (":9092", "the host is empty"),
+        ("", "it is empty"),
+        ("a:1,,b:2", "server 2 of 3 is not HOST:PORT: it is empty"),
+        ("[::1]:x", "the port is not a number"),
+        ("[nohost]:9092", "not an IPv6 address"),
+        ("[::1:9092", "bracket"),
+        ("http://broker:9092", "holds a space, '/'"),
+    ],
+)
+def test_a_bootstrap_list_aiokafka_would_choke_on_is_refused(servers: str, says: str) -> None:
+    """aiokafka parses the list only when it connects, and a bad port then ends the process with
+    a traceback (``OverflowError``, ``ValueError``) instead of a settings error."""
+    with pytest.raises(ValidationError, match="bootstrap_servers") as refused:
+        KafkaSettings(bootstrap_servers=servers)
+    assert says in str(refused.value)
