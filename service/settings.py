@@ -98,6 +98,11 @@ class KafkaSettings(BaseModel):
         return value
 
 
+TOPIC_ROLES = ("commands", "control", "results", "events", "sessions", "dlq")
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+_TOPIC_MAX_LENGTH = 249
+
+
 class TopicSettings(BaseModel):
     """Topic names and the partition count shared by the co-partitioned topics."""
 
@@ -112,6 +117,36 @@ class TopicSettings(BaseModel):
     output_partitions: int | None = Field(default=None, gt=0)
     """Partition count of results, events and dlq when created; defaults to ``partitions``."""
     replication_factor: int = Field(default=1, gt=0)
+
+    @field_validator(*TOPIC_ROLES)
+    @classmethod
+    def _topic_name(cls, name: str) -> str:
+        """Kafka's own rule for a topic name, checked here: a broker refuses it only when the
+        topic is described or created, with an error code that names no setting."""
+        if not name:
+            raise ValueError("a topic name cannot be empty")
+        if name in (".", ".."):
+            raise ValueError("a topic name cannot be '.' or '..'")
+        if len(name) > _TOPIC_MAX_LENGTH:
+            raise ValueError(f"a topic name is at most {_TOPIC_MAX_LENGTH} characters")
+        if not _TOPIC_NAME.fullmatch(name):
+            raise ValueError("a topic name holds only ASCII letters, digits, '.', '_' and '-'")
+        return name
+
+    @model_validator(mode="after")
+    def _one_topic_per_role(self) -> TopicSettings:
+        """Two roles on one topic would mix records of both kinds (a cancel read as a command,
+        results among session states), which the service cannot tell apart."""
+        names = [getattr(self, role) for role in TOPIC_ROLES]
+        for name in names:
+            shared = [role for role, other in zip(TOPIC_ROLES, names, strict=True) if other == name]
+            if len(shared) > 1:
+                variables = ", ".join(f"CAIRN_TOPICS__{role.upper()}" for role in shared)
+                raise ValueError(
+                    f"{' and '.join(shared)} name the same topic ({variables}): every role "
+                    "needs a topic of its own"
+                )
+        return self
 
     @property
     def co_partitioned(self) -> tuple[str, str, str]:

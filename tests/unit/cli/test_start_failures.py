@@ -97,6 +97,28 @@ def test_an_invalid_setting_is_one_line_naming_it(
     assert value not in done.stderr.replace(variable, ""), "the value is never echoed"
 
 
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("cairn.control", "CAIRN_TOPICS: commands and control name the same topic"),
+        ("", "CAIRN_TOPICS__COMMANDS: a topic name cannot be empty"),
+        ("cairn/commands", "CAIRN_TOPICS__COMMANDS: a topic name holds only ASCII letters"),
+    ],
+)
+@pytest.mark.parametrize("command", [("serve",), ("topics", "create")])
+def test_a_topic_name_the_service_cannot_run_on_is_one_line_naming_it(
+    command: tuple[str, ...], value: str, says: str
+) -> None:
+    """Accepted, a shared topic was served (commands read cancels) and an empty name failed
+    later with a broker error code that named no setting."""
+    done = _run(*command, CAIRN_TOPICS__COMMANDS=value)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"cairn {' '.join(command)}: invalid setting: {says}"), line
+    assert "CAIRN_TOPICS__COMMANDS" in line
+
+
 def test_a_store_folder_that_cannot_be_used_is_one_line_naming_it(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from service.settings import KafkaSettings, Settings, setting_names, unknown_settings
+from service.settings import (
+    KafkaSettings,
+    Settings,
+    TopicSettings,
+    setting_names,
+    unknown_settings,
+)
 
 
 def test_nested_environment_settings(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -102,3 +108,33 @@ def test_a_bootstrap_list_aiokafka_would_choke_on_is_refused(servers: str, says:
     with pytest.raises(ValidationError, match="bootstrap_servers") as refused:
         KafkaSettings(bootstrap_servers=servers)
     assert says in str(refused.value)
+
+
+@pytest.mark.parametrize("name", ["cairn.commands", "a", "A-b_c.9", "x" * 249, "..."])
+def test_topic_names_kafka_takes_are_taken(name: str) -> None:
+    assert TopicSettings(commands=name).commands == name
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("", "cannot be empty"),
+        (".", "cannot be '.' or '..'"),
+        ("..", "cannot be '.' or '..'"),
+        ("x" * 250, "at most 249 characters"),
+        ("cairn commands", "only ASCII letters, digits"),
+        ("cairn/commands", "only ASCII letters, digits"),
+        ("caírn", "only ASCII letters, digits"),
+    ],
+)
+def test_a_topic_name_kafka_refuses_is_refused(name: str, says: str) -> None:
+    with pytest.raises(ValidationError, match="commands") as refused:
+        TopicSettings(commands=name)
+    assert says in str(refused.value)
+
+
+def test_two_roles_on_one_topic_are_refused_naming_both_variables() -> None:
+    with pytest.raises(ValidationError) as refused:
+        TopicSettings(events="cairn.results")
+    assert "results and events name the same topic" in str(refused.value)
+    assert "CAIRN_TOPICS__RESULTS, CAIRN_TOPICS__EVENTS" in str(refused.value)
