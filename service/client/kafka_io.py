@@ -65,7 +65,12 @@ def _decode(value: bytes | None) -> dict[str, Any] | None:
 async def publish(
     kafka: KafkaSettings, topic: str, session_id: str, value: bytes
 ) -> tuple[int, int]:
-    """Publish one command keyed by its session; returns (partition, offset) once acknowledged."""
+    """Publish one command keyed by its session; returns (partition, offset) once acknowledged.
+
+    A missing topic is a :class:`ClientError` before anything is sent: the producer itself would
+    wait for the topic's metadata until its own timeout, whatever the command's ``--timeout``,
+    and then fail with a traceback."""
+    await partition_counts(kafka, [topic])
     producer = plain_producer(kafka)
     try:
         await producer.start()

@@ -19,14 +19,16 @@ DEMO = {"CAIRN_AGENTS": "service.demo:agents"}
 README = (REPO / "README.md").read_text()
 
 
-async def cli(cluster: Cluster, *args: str, timeout: float = 60.0) -> tuple[int, str, str]:
+async def cli(
+    cluster: Cluster, *args: str, timeout: float = 60.0, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "service",
         *args,
         cwd=REPO,
-        env=cluster.env(**DEMO),
+        env=cluster.env(**DEMO, **(env or {})),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -332,3 +334,33 @@ async def test_the_readme_tour_prints_what_the_readme_shows(
         assert rc == 0, f"{args}: exit {rc}\n{out}\n{err}"
         if readme_out is not None:
             assert _normalized(out.splitlines()) == _normalized(readme_out), args
+
+
+CHECKPOINT = '{"position": "after_model", "cycle_index": 0, "schema_version": "1.0"}'
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("invoke", "--session", "s-1", "hi"),
+        ("invoke", "--session", "s-1", "--wait", "--timeout", "5", "hi"),
+        ("resume", "--session", "s-1", "--checkpoint", CHECKPOINT),
+        ("cancel", "--session", "s-1"),
+        ("cancel", "--session", "s-1", "--wait", "--timeout", "5"),
+        ("session", "delete", "--session", "s-1", "--no-wait"),
+        ("session", "fork", "s-1", "--at", "1", "--as", "s-2", "--no-wait"),
+    ],
+)
+async def test_a_command_for_a_missing_topic_is_refused_before_it_is_sent(
+    cluster: Cluster, args: tuple[str, ...]
+) -> None:
+    """As ``session show`` and ``watch`` are: at once, one line, status 2 (the producer alone
+    waited its own 30 s whatever ``--timeout`` said, then ended with a traceback)."""
+    missing = {"CAIRN_TOPICS__COMMANDS": unique("gone"), "CAIRN_TOPICS__CONTROL": unique("gone")}
+    topic = missing["CAIRN_TOPICS__CONTROL" if args[0] == "cancel" else "CAIRN_TOPICS__COMMANDS"]
+    started = asyncio.get_running_loop().time()
+    rc, out, err = await cli(cluster, *args, env=missing, timeout=50)
+    assert rc == 2, f"exit {rc}\nstdout:\n{out}\nstderr:\n{err}"
+    assert "Traceback" not in err and "sent" not in out
+    assert err.strip() == f"error: topics [{topic!r}] do not exist (run `cairn topics create`)"
+    assert asyncio.get_running_loop().time() - started < 20
