@@ -2,7 +2,7 @@
 
 :func:`register_client_commands` adds them to the CLI, each handled by :func:`run_client_command`.
 Mistakes a person can fix end with a one-line message and exit status 2, never a traceback; an
-``error`` result ends with status 1.
+``error`` result ends with status 1; Ctrl-C ends with one line and status 130.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -25,6 +26,8 @@ Subparsers = Any
 """``argparse._SubParsersAction``, which is private and so not named in a signature."""
 
 CLIENT_COMMANDS = ("invoke", "resume", "cancel", "watch", "session")
+INTERRUPTED = 128 + signal.SIGINT
+"""Exit status of a client command stopped by Ctrl-C (SIGINT), as the shell reports it."""
 
 
 def _connection(args: argparse.Namespace) -> tuple[str, ...]:
@@ -301,6 +304,11 @@ def _seconds(text: str) -> float:
 def run_client_command(args: argparse.Namespace, settings: Settings | None = None) -> int:
     """Run the chosen client subcommand to completion; returns the exit status."""
     action: Action = args.client_action
+    # Ctrl-C is the person's "stop waiting", not the start-up stop of ``service.early_stop``
+    # (status 0, meant for ``serve``): a script must not take an interrupted wait for success.
+    # With Python's own handler, ``asyncio.run`` cancels the command (its clients close) and
+    # raises KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if settings is None:
         settings = load_settings("cairn")
         if settings is None:
@@ -317,7 +325,8 @@ def run_client_command(args: argparse.Namespace, settings: Settings | None = Non
         print(render.terminal_safe(f"error: {exc}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        return 130
+        print("cairn: interrupted", file=sys.stderr)
+        return INTERRUPTED
     except BrokenPipeError:
         # The reader went away (``cairn watch | head``): stop quietly, as Unix tools do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 import shlex
+import signal
 import sys
 from collections.abc import AsyncIterator
 
@@ -364,3 +365,41 @@ async def test_a_command_for_a_missing_topic_is_refused_before_it_is_sent(
     assert "Traceback" not in err and "sent" not in out
     assert err.strip() == f"error: topics [{topic!r}] do not exist (run `cairn topics create`)"
     assert asyncio.get_running_loop().time() - started < 20
+
+
+@pytest.mark.parametrize(
+    ("args", "ready"),
+    [
+        (("watch",), "watching all sessions"),
+        (("invoke", "--session", "s-1", "--wait", "hi"), "sent     invoke"),
+    ],
+)
+async def test_ctrl_c_while_a_client_command_waits_exits_130(
+    cluster: Cluster, args: tuple[str, ...], ready: str
+) -> None:
+    """An interrupted wait is no success: status 130, as the shell gives a command SIGINT ends,
+    and one line saying so (it printed the start-up stop of ``serve`` and exited 0). No service
+    runs, so the invoke waits for a result until the signal."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "service",
+        *args,
+        cwd=REPO,
+        env=cluster.env(**DEMO, PYTHONUNBUFFERED="1"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert process.stdout is not None and process.stderr is not None
+        line = await asyncio.wait_for(process.stdout.readline(), 30)
+        assert ready in line.decode()
+        process.send_signal(signal.SIGINT)
+        rc = await asyncio.wait_for(process.wait(), 30)
+        err = (await process.stderr.read()).decode()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert rc == 130, err
+    assert err.strip() == "cairn: interrupted"
