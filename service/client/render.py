@@ -20,14 +20,41 @@ _TEXT_WIDTH = 400
 _IDS_SHOWN = 10
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-"""Characters a terminal acts on (escape sequences, carriage returns, ...) but tab and newline."""
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+"""Characters a terminal acts on (escape sequences, carriage returns, ...) but tab and newline,
+and the bidirectional controls (U+202E and its kin), which reorder what follows them on the
+line, so that an id shows one thing and is another."""
 
 
 def terminal_safe(line: str) -> str:
-    """``line`` with its control characters written as escapes (``\\x1b``), so text from the
-    wire (a session id, a model's answer) can never move the cursor or recolour the terminal."""
+    """``line`` with its control characters written as escapes (``\\x1b``, ``\\u202e``), as a
+    Python ``repr`` writes them in the error messages, so text from the wire (a session id, a
+    model's answer) can never move the cursor, recolour the terminal or reorder the line."""
     return _CONTROL.sub(lambda found: found.group().encode("unicode_escape").decode(), line)
+
+
+def shell_word(text: str) -> str:
+    """``text`` as one word a POSIX shell reads back unchanged, for a command to paste.
+
+    ``shlex.quote`` keeps control characters raw, and printed they become the escapes of
+    :func:`terminal_safe`, which a shell takes literally: the pasted command would name another
+    id. Text with a character that is not printable (controls, bidirectional controls, unusual
+    spaces) is written in ANSI-C quoting instead, each byte of such a character as a three-digit
+    octal escape (``$'e\\033[31m'``), which bash, zsh, ksh and shells of POSIX.1-2024 read alike
+    (an older dash does not: such an id is rare, and no quoting a shell reads without ``$'``
+    keeps every character, a trailing newline included).
+    """
+    if text.isprintable():
+        return shlex.quote(text)
+    return "$'" + "".join(_ansi_c(char) for char in text) + "'"
+
+
+def _ansi_c(char: str) -> str:
+    if char in "\\'":
+        return "\\" + char
+    if char.isprintable():
+        return char
+    return "".join(f"\\{byte:03o}" for byte in char.encode("utf-8", "surrogatepass"))
 
 
 def show(line: str) -> None:
@@ -119,10 +146,10 @@ def _interrupt_hints(start: str, interrupts: Sequence[dict[str, Any]]) -> list[s
     if others == ids and len(ids) == 1:
         lines.append(f"  next: {start} --answer true --wait")
     elif others:
-        answers = " ".join(f"--answer {shlex.quote(i + '=true')}" for i in others)
+        answers = " ".join(f"--answer {shell_word(i + '=true')}" for i in others)
         lines.append(f"  next: {start} {answers} --wait")
     for interrupt_id in outcomes:
-        pick = f" --interrupt {shlex.quote(interrupt_id)}" if len(outcomes) > 1 else ""
+        pick = f" --interrupt {shell_word(interrupt_id)}" if len(outcomes) > 1 else ""
         lines.append(f"  next: {start}{pick} (--supply-result JSON | --retry | --fail MSG) --wait")
     return lines
 
@@ -133,8 +160,8 @@ def next_step_lines(result: dict[str, Any], connection: Sequence[str] = ()) -> l
     ``connection`` is what the person passed on the command line (``--bootstrap-servers H``), so
     the hint, copied as it is, reaches the same cluster.
     """
-    session = shlex.quote(str(result.get("session_id")))
-    start = " ".join(["cairn resume --session", session, *map(shlex.quote, connection)])
+    session = shell_word(str(result.get("session_id")))
+    start = " ".join(["cairn resume --session", session, *map(shell_word, connection)])
     reason = result.get("stop_reason")
     if reason == "checkpoint":
         return [f"  next: {start} --wait"]
@@ -212,7 +239,7 @@ def history_lines(result: dict[str, Any]) -> list[str]:
     lines = [version_line(entry) for entry in versions]
     if page.get("next_before") is not None:
         lines.append(
-            f"  older: cairn session history {result.get('session_id')} "
+            f"  older: cairn session history {shell_word(str(result.get('session_id')))} "
             f"--before {page['next_before']}"
         )
     return lines

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
+import subprocess
+
 import orjson
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
@@ -241,3 +244,62 @@ def test_a_bootstrap_option_aiokafka_would_choke_on_is_refused_by_the_parser(
     assert "port is not a number from 1 to 65535" in capsys.readouterr().err
     args = build_parser().parse_args(["watch", "--bootstrap-servers", "[::1]:9092"])
     assert args.bootstrap_servers == "[::1]:9092"
+
+
+HOSTILE_IDS = ["e\x1b[31mvil\x07", "a\u202eb.exe", "tab\there", "it's\\n\x9b", "plain-1", "it's"]
+
+
+def _read_back_by_bash(word: str) -> str:
+    done = subprocess.run(
+        ["bash", "-c", f"printf '%s' {word}"], capture_output=True, check=True, timeout=10
+    )
+    return done.stdout.decode()
+
+
+@pytest.mark.parametrize("session", HOSTILE_IDS)
+def test_a_next_hint_pasted_into_a_shell_names_the_same_session(
+    session: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Printed, the hint's id went through the terminal escapes (``'e\\x1b[31m...'``), which a
+    shell reads literally: pasted, it named another session."""
+    result = {"session_id": session, "command_id": "c", "stop_reason": "checkpoint"}
+    for line in render.result_lines(result, ("--bootstrap-servers", "h:1")):
+        render.show(line)
+    [hint] = [line for line in capsys.readouterr().out.splitlines() if "next:" in line]
+    start, _, rest = hint.partition("--session ")
+    assert start == "  next: cairn resume "
+    word, _, options = rest.partition(" --bootstrap-servers ")
+    assert options == "h:1 --wait"
+    assert _read_back_by_bash(word) == session
+    if session.isprintable():
+        assert word == shlex.quote(session)
+
+
+def test_every_id_in_a_hint_is_quoted_for_the_shell() -> None:
+    session, interrupt = "s\x1b1", "v1:tool_call:x\u202e"
+    lines = render.next_step_lines(
+        {
+            "session_id": session,
+            "stop_reason": "interrupt",
+            "interrupts": [{"id": interrupt}, {"id": "other"}],
+        }
+    )
+    assert lines == [
+        "  next: cairn resume --session $'s\\0331' --answer $'v1:tool_call:x\\342\\200\\256=true' "
+        "--answer other=true --wait"
+    ]
+    page = {"versions": [{"version": 4}], "next_before": 4}
+    older = render.history_lines({"session_id": "a b\x07", "history": page})[-1]
+    assert older == "  older: cairn session history $'a b\\007' --before 4"
+
+
+def test_an_id_with_bidi_controls_is_shown_escaped(capsys: pytest.CaptureFixture[str]) -> None:
+    """U+202E reverses what follows on the line: shown raw, ``evil\u202etxt.exe`` reads as
+    another id. Shown as the error messages (a ``repr``) show it."""
+    state = {"session_id": "evil\u202etxt.exe\u2066", "agent": "demo", "messages": []}
+    for line in render.state_lines(state):
+        render.show(line)
+    out = capsys.readouterr().out
+    assert "session  evil\\u202etxt.exe\\u2066  agent=demo" in out
+    assert "\u202e" not in out and "\u2066" not in out
+    assert "\\u202e" in repr("evil\u202e")
