@@ -19,6 +19,7 @@ from typing import Any
 from service.client import actions, commands, render
 from service.client.kafka_io import ClientError
 from service.serve_cli import load_settings
+from service.sessions.versions import HISTORY_PAGE_MAX
 from service.settings import Settings, bootstrap_problem
 
 Action = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
@@ -249,7 +250,10 @@ def register_client_commands(subparsers: Subparsers) -> None:
     )
     listing.add_argument("session", help="session id")
     listing.add_argument(
-        "--limit", type=_positive, default=20, help="versions per page, 1 to 100 (default: 20)"
+        "--limit",
+        type=_page_size,
+        default=20,
+        help=f"versions per page, 1 to {HISTORY_PAGE_MAX} (default: 20)",
     )
     listing.add_argument(
         "--before", type=_positive, help="only versions older than this (the next page's cursor)"
@@ -270,16 +274,22 @@ def register_client_commands(subparsers: Subparsers) -> None:
     fork.set_defaults(handler=run_client_command, client_action=_session_fork)
 
 
-def _positive(text: str) -> int:
+def _positive(text: str, most: int | None = None) -> int:
     """A count or a version given on the command line: a whole number from 1 below 2**63 (a
-    larger one fits no field of the wire, and JSON readers take it for a float)."""
+    larger one fits no field of the wire, and JSON readers take it for a float), or from 1 to
+    ``most``; the refusal states the range that holds."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if not 1 <= value < 2**63:
-        raise argparse.ArgumentTypeError(f"{text} is not from 1 to 2**63-1")
+    if not 1 <= value < 2**63 or (most is not None and value > most):
+        raise argparse.ArgumentTypeError(f"{text} is not from 1 to {most or '2**63-1'}")
     return value
+
+
+def _page_size(text: str) -> int:
+    """A ``history`` page's ``--limit``: the service lists at most ``HISTORY_PAGE_MAX``."""
+    return _positive(text, HISTORY_PAGE_MAX)
 
 
 def _bootstrap_servers(text: str) -> str:

@@ -39,6 +39,13 @@ def new_command_id() -> str:
     return f"cli-{uuid.uuid4().hex[:12]}"
 
 
+def _command_id(given: str | None) -> str:
+    """The id given, or a new one when none was: an empty id given is kept, so the wire model
+    refuses it as it refuses an empty ``--command`` (a random id sent instead would be one the
+    person cannot know)."""
+    return new_command_id() if given is None else given
+
+
 def _validated(model: type[C], body: dict[str, Any]) -> C:
     try:
         return model.model_validate(body)
@@ -59,7 +66,7 @@ def invoke(
 ) -> InvokeCommand:
     body: dict[str, Any] = {
         "type": "invoke",
-        "command_id": command_id or new_command_id(),
+        "command_id": _command_id(command_id),
         "session_id": session_id,
         "agent": agent,
         "prompt": prompt,
@@ -74,7 +81,7 @@ def resume_from_checkpoint(
 ) -> ResumeCommand:
     body = {
         "type": "resume",
-        "command_id": command_id or new_command_id(),
+        "command_id": _command_id(command_id),
         "session_id": session_id,
         "resume": {"checkpointResume": {"checkpoint": checkpoint}},
     }
@@ -86,7 +93,7 @@ def resume_with_answers(
 ) -> ResumeCommand:
     body = {
         "type": "resume",
-        "command_id": command_id or new_command_id(),
+        "command_id": _command_id(command_id),
         "session_id": session_id,
         "resume": [
             {"interruptResponse": {"interruptId": interrupt_id, "response": response}}
@@ -106,7 +113,7 @@ def cancel(
 ) -> CancelCommand:
     body: dict[str, Any] = {
         "type": "cancel",
-        "command_id": command_id or new_command_id(),
+        "command_id": _command_id(command_id),
         "session_id": session_id,
     }
     if target_command_id is not None:
@@ -121,7 +128,7 @@ def cancel(
 def delete(session_id: str, *, command_id: str | None = None) -> DeleteCommand:
     body = {
         "type": "delete",
-        "command_id": command_id or new_command_id(),
+        "command_id": _command_id(command_id),
         "session_id": session_id,
     }
     return _validated(DeleteCommand, body)
@@ -132,7 +139,7 @@ def history(
 ) -> HistoryCommand:
     body: dict[str, Any] = {
         "type": "history",
-        "command_id": command_id or new_command_id(),
+        "command_id": _command_id(command_id),
         "session_id": session_id,
         "limit": limit,
     }
@@ -147,7 +154,7 @@ def fork(
     """A fork, addressed (and keyed) to the new session."""
     body = {
         "type": "fork",
-        "command_id": command_id or new_command_id(),
+        "command_id": _command_id(command_id),
         "session_id": target_session_id,
         "source_session_id": source_session_id,
         "version": version,

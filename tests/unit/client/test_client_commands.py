@@ -9,8 +9,8 @@ import orjson
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
-from service.cli import build_parser
-from service.client import commands, render
+from service.cli import build_parser, main
+from service.client import actions, commands, render
 from service.client.kafka_io import partition_for
 from service.wire.commands import CancelCommand, InvokeCommand, ResumeCommand
 
@@ -303,3 +303,50 @@ def test_an_id_with_bidi_controls_is_shown_escaped(capsys: pytest.CaptureFixture
     assert "session  evil\\u202etxt.exe\\u2066  agent=demo" in out
     assert "\u202e" not in out and "\u2066" not in out
     assert "\\u202e" in repr("evil\u202e")
+
+
+CHECKPOINT_JSON = orjson.dumps(CHECKPOINT).decode()
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["invoke", "--session", "s", "--command-id", "", "hi"], "command_id"),
+        (["resume", "--session", "s", "--checkpoint", CHECKPOINT_JSON, "--command-id", ""],
+         "command_id"),
+        (["cancel", "--session", "s", "--command-id", ""], "command_id"),
+        (["cancel", "--session", "s", "--command", ""], "target_command_id"),
+        (["session", "delete", "--session", "s", "--command-id", ""], "command_id"),
+    ],
+)  # fmt: skip
+def test_an_empty_command_id_is_refused_before_anything_is_sent(
+    argv: list[str],
+    field: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An empty ``--command-id`` was taken for none: a random id went out instead, one the
+    person could not know, while an empty ``--command`` was refused."""
+
+    async def sent(*args: object) -> tuple[int, int]:
+        raise AssertionError("a command with an empty id was sent")
+
+    monkeypatch.setattr(actions, "publish", sent)
+    monkeypatch.setenv("CAIRN_KAFKA__BOOTSTRAP_SERVERS", "127.0.0.1:1")  # no broker, ever
+    assert main(argv) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: invalid ")
+    assert f"{field}: String should have at least 1 character" in line
+
+
+@pytest.mark.parametrize(
+    ("limit", "says"), [("0", "0 is not from 1 to 100"), ("101", "101 is not from 1 to 100")]
+)
+def test_a_history_page_size_is_refused_with_the_range_the_service_takes(
+    limit: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        build_parser().parse_args(["session", "history", "s", "--limit", limit])
+    assert caught.value.code == 2
+    assert f"error: argument --limit: {says}" in capsys.readouterr().err
+    assert build_parser().parse_args(["session", "history", "s", "--limit", "100"]).limit == 100
