@@ -2,7 +2,8 @@
 
 :func:`register_client_commands` adds them to the CLI, each handled by :func:`run_client_command`.
 Mistakes a person can fix end with a one-line message and exit status 2, never a traceback; an
-``error`` result ends with status 1; Ctrl-C ends with one line and status 130.
+``error`` result ends with status 1; Ctrl-C ends with one line and status 130, SIGTERM with one
+line and status 143.
 """
 
 from __future__ import annotations
@@ -29,6 +30,42 @@ Subparsers = Any
 CLIENT_COMMANDS = ("invoke", "resume", "cancel", "watch", "session")
 INTERRUPTED = 128 + signal.SIGINT
 """Exit status of a client command stopped by Ctrl-C (SIGINT), as the shell reports it."""
+TERMINATED = 128 + signal.SIGTERM
+"""Exit status of a client command stopped by SIGTERM (a supervisor, ``kill``, a test's end)."""
+
+
+class _Terminated(Exception):
+    """A SIGTERM ended the command."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
+async def _cancelled_by_sigterm(work: Coroutine[Any, Any, int]) -> int:
+    """``work``, cancelled by a SIGTERM so that its clients close as after a Ctrl-C (an
+    exception raised by a signal handler inside the event loop can leave it unable to finish
+    its cleanup: a ``watch`` stopped so was seen to hang)."""
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    terminated = False
+
+    def cancel() -> None:
+        nonlocal terminated
+        terminated = True
+        task.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, cancel)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if terminated:
+            raise _Terminated from None
+        raise
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, _terminate)
 
 
 def _connection(args: argparse.Namespace) -> tuple[str, ...]:
@@ -313,12 +350,28 @@ def _seconds(text: str) -> float:
 
 def run_client_command(args: argparse.Namespace, settings: Settings | None = None) -> int:
     """Run the chosen client subcommand to completion; returns the exit status."""
-    action: Action = args.client_action
     # Ctrl-C is the person's "stop waiting", not the start-up stop of ``service.early_stop``
     # (status 0, meant for ``serve``): a script must not take an interrupted wait for success.
     # With Python's own handler, ``asyncio.run`` cancels the command (its clients close) and
-    # raises KeyboardInterrupt.
+    # raises KeyboardInterrupt. SIGTERM likewise ends the command with its own status.
+    before = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _run(args, settings)
+    except KeyboardInterrupt:
+        print("cairn: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    except _Terminated:
+        print("cairn: terminated", file=sys.stderr)
+        return TERMINATED
+    finally:
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])
+
+
+def _run(args: argparse.Namespace, settings: Settings | None) -> int:
+    action: Action = args.client_action
     if settings is None:
         settings = load_settings("cairn")
         if settings is None:
@@ -330,13 +383,10 @@ def run_client_command(args: argparse.Namespace, settings: Settings | None = Non
         kafka = settings.kafka.model_copy(update={"bootstrap_servers": args.bootstrap_servers})
         settings = settings.model_copy(update={"kafka": kafka})
     try:
-        return asyncio.run(action(args, settings))
+        return asyncio.run(_cancelled_by_sigterm(action(args, settings)))
     except (ClientError, commands.CommandInputError) as exc:
         print(render.terminal_safe(f"error: {exc}"), file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("cairn: interrupted", file=sys.stderr)
-        return INTERRUPTED
     except BrokenPipeError:
         # The reader went away (``cairn watch | head``): stop quietly, as Unix tools do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

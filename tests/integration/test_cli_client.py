@@ -195,7 +195,8 @@ async def test_watch_prints_results_as_they_are_committed(
         await asyncio.wait_for(read_until("assistant: The job is over"), 60)
     finally:
         watcher.terminate()
-        await watcher.wait()
+        rc = await asyncio.wait_for(watcher.wait(), 30)
+    assert rc == 143
     text = "".join(seen)
     assert "stop_reason=end_turn" in text
     assert "tool started: slow_job" in text
@@ -368,18 +369,23 @@ async def test_a_command_for_a_missing_topic_is_refused_before_it_is_sent(
 
 
 @pytest.mark.parametrize(
+    ("sent", "status", "said"),
+    [(signal.SIGINT, 130, "cairn: interrupted"), (signal.SIGTERM, 143, "cairn: terminated")],
+)
+@pytest.mark.parametrize(
     ("args", "ready"),
     [
         (("watch",), "watching all sessions"),
         (("invoke", "--session", "s-1", "--wait", "hi"), "sent     invoke"),
     ],
 )
-async def test_ctrl_c_while_a_client_command_waits_exits_130(
-    cluster: Cluster, args: tuple[str, ...], ready: str
+async def test_a_signal_while_a_client_command_waits_ends_it_with_its_status(
+    cluster: Cluster, args: tuple[str, ...], ready: str, sent: int, status: int, said: str
 ) -> None:
-    """An interrupted wait is no success: status 130, as the shell gives a command SIGINT ends,
-    and one line saying so (it printed the start-up stop of ``serve`` and exited 0). No service
-    runs, so the invoke waits for a result until the signal."""
+    """An interrupted wait is no success: status 130 for Ctrl-C and 143 for SIGTERM, as the
+    shell reports a command those signals end, and one line saying so (it printed the start-up
+    stop of ``serve`` and exited 0; a SIGTERM could leave ``watch`` hanging). No service runs,
+    so the invoke waits for a result until the signal."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -394,12 +400,12 @@ async def test_ctrl_c_while_a_client_command_waits_exits_130(
         assert process.stdout is not None and process.stderr is not None
         line = await asyncio.wait_for(process.stdout.readline(), 30)
         assert ready in line.decode()
-        process.send_signal(signal.SIGINT)
+        process.send_signal(sent)
         rc = await asyncio.wait_for(process.wait(), 30)
         err = (await process.stderr.read()).decode()
     finally:
         if process.returncode is None:
             process.kill()
             await process.wait()
-    assert rc == 130, err
-    assert err.strip() == "cairn: interrupted"
+    assert rc == status, err
+    assert err.strip() == said
