@@ -145,8 +145,19 @@ def _load(value: bytes, max_bytes: int | None) -> dict[str, Any]:
             ) from None
         raise WireError(_utf8_problem(value) or f"record value is not UTF-8 JSON: {exc}") from None
     if not isinstance(raw, dict):
-        raise WireError(f"record value must be a JSON object, got {type(raw).__name__}")
+        raise WireError(f"record value must be a JSON object, got {_json_kind(raw)}")
     return raw
+
+
+def _json_kind(value: object) -> str:
+    """What a decoded JSON value is, in JSON's words (a client reads them, not Python's)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "a string" if isinstance(value, str) else "an array"
 
 
 def _utf8_problem(value: bytes | bytearray | memoryview) -> str | None:

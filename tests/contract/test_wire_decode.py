@@ -470,9 +470,11 @@ def test_an_id_no_result_could_carry_leaves_the_command_unanswerable(field: str)
             "not valid UTF-8: byte 0xe2 at offset 12 (invalid continuation",
         ),
         (b'{"a": NaN}', "not UTF-8 JSON"),
-        (b"[1, 2]", "must be a JSON object, got list"),
-        (b'"invoke"', "must be a JSON object, got str"),
-        (b"null", "must be a JSON object, got NoneType"),
+        (b"[1, 2]", "must be a JSON object, got an array"),
+        (b'"invoke"', "must be a JSON object, got a string"),
+        (b"null", "must be a JSON object, got null"),
+        (b"true", "must be a JSON object, got a boolean"),
+        (b"1.5", "must be a JSON object, got a number"),
     ],
 )
 def test_non_json_values_are_refused_without_ids(value: bytes, reason: str) -> None:
