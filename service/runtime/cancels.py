@@ -6,7 +6,8 @@ re-reads it, and a re-read after it is recognised by its applied id); a cancel o
 Cairn holds no state for leaves no state, and its answer is committed with the input offsets
 past its record instead. A running invocation it covers is signalled at once; a command it
 covers never starts and is answered ``cancelled`` exactly once, before the cancel's own result
-when it was read by the time the cancel was answered (see :class:`HeldAnswers`).
+when it was read by the time the cancel was answered (see :class:`HeldAnswers`). What each
+answer says and records is derived in :mod:`service.runtime.cancel_answers`.
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from service.agent.cancel import CancelSignal
-from service.agent.loop import resolve_cancel
 from service.agent.state import SessionState
-from service.agent.types import AgentResult
 from service.observability.metrics import Metrics
+from service.runtime import cancel_answers
 from service.runtime.control import CancelReach, ControlLedger, HeldAnswer, HeldAnswers
 from service.runtime.records import ParsedCommand, deleted_record, result_record
 from service.runtime.work import (
@@ -311,13 +311,7 @@ class CancelDesk:
                     reach.skip(command.command_id)
                 break
         self._forget_target(session_id, command.command_id)
-        if left_mid_turn:
-            # It ran up to a boundary before a crash: close its turn as a cancel there would have.
-            result, state = resolve_cancel(state, None)
-            delivery = delivery.finished(command.command_id)
-        else:
-            result = _plain_cancelled(state)
-            delivery = delivery.applying(command.command_id)
+        result, state, delivery = cancel_answers.skipped(state, delivery, command.command_id)
         delivery = delivery.through(commands_position(work.record, self._topics.commands))
         logger.info(
             "session_id=<%s>, command_id=<%s> | command covered by a cancel, answered cancelled",
@@ -412,23 +406,18 @@ class CancelDesk:
         target = cancel.target_command_id
         if target is None:
             if state is None:
-                result = _plain_cancelled(SessionState(session_id=session_id))
+                result = cancel_answers.plain_cancelled(SessionState(session_id=session_id))
             else:
-                result, state, delivery = self._resolve(state, delivery, cancel, reach)
+                result, state, delivery = cancel_answers.untargeted(state, delivery, cancel, reach)
         else:
             self._forget_target(session_id, target)
-            result = _plain_cancelled(state or SessionState(session_id=session_id))
-            answered = (state is not None and delivery.answered(target)) or (
-                # A command of a session this owner deleted since.
-                (session_id, target) in self._stateless
+            result, state, delivery = cancel_answers.targeted(
+                session_id,
+                state,
+                delivery,
+                target,
+                deleted_here=(session_id, target) in self._stateless,
             )
-            if not answered:
-                # Not read yet: it may be a command of another session, answered there, so it
-                # gets no result now; the session's state records it, and if the session reads
-                # it, it is answered cancelled unrun (the one case where a cancel makes a state
-                # for a session that had none).
-                state = state if state is not None else SessionState(session_id=session_id)
-                delivery = delivery.targeting(target)
         answer = HeldAnswer(work, cancel, result, reach)
         seq = stored.event_seq if stored is not None else 0
         write = (
@@ -450,29 +439,6 @@ class CancelDesk:
             reach.resolved,
         )
 
-    def _resolve(
-        self,
-        state: SessionState,
-        delivery: Delivery,
-        cancel: CancelCommand,
-        reach: CancelReach,
-    ) -> tuple[AgentResult, SessionState, Delivery]:
-        """Resolve the session's pause, or close an invocation its owner left at a boundary."""
-        inflight = state.inflight
-        published = delivery.inflight_published_ms
-        if inflight is not None and published is not None and published > reach.timestamp_ms:
-            # The in-flight command was published after the cancel (it started before the
-            # cancel was read, then its owner died): its redelivery continues it, uncancelled.
-            return _plain_cancelled(state), state, delivery
-        if inflight is not None:
-            reach.stopped = reach.stopped or inflight.command_id
-        elif state.interrupted:
-            reach.resolved = "interrupt"
-        elif state.pending is not None or state.checkpoint is not None:
-            reach.resolved = "checkpoint"
-        result, state = resolve_cancel(state, cancel.message)
-        return result, state, delivery.finished(cancel.command_id)
-
     def _forget_target(self, session_id: str, command_id: str) -> None:
         targets = self._targets.get(session_id)
         if targets is None:
@@ -485,18 +451,4 @@ class CancelDesk:
         self, state: SessionState, delivery: Delivery, answers: list[HeldAnswer], seq: int
     ) -> StateWrite:
         """``state`` written with every held cancel recorded in ``delivery``."""
-        for answer in answers:
-            delivery = delivery.applying(answer.cancel.command_id)
-            if answer.cancel.target_command_id is None:
-                delivery = delivery.covering(answer.reach.timestamp_ms)
-        return self._writer.write(state, seq, delivery)
-
-
-def _plain_cancelled(state: SessionState) -> AgentResult:
-    """A ``cancelled`` result that resolves nothing (the session's pause, if any, is kept)."""
-    bare = state.snapshot()
-    bare.pending = None
-    bare.checkpoint = None
-    bare.inflight = None
-    result, _ = resolve_cancel(bare)
-    return result
+        return self._writer.write(state, seq, cancel_answers.recording(delivery, answers))
