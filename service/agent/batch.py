@@ -51,6 +51,10 @@ class BatchRun:
     """Why a tool's ``KeyboardInterrupt`` or ``SystemExit`` ended this batch (the
     ``tool_aborted`` error's message), else None: no tool starts after it, no after-tools
     event fires, and the batch's results are not kept."""
+    settled: dict[str, ContentBlock | None] = field(default_factory=dict)
+    """The answers to ``tool_outcome_unknown`` taken by this run, by toolUseId: the result block
+    it gave, or None to run the tool again. The ledger entry is one per toolUseId, so one answer
+    settles every call of a toolUseId the model repeated."""
     keys: dict[int, str] = field(default_factory=dict)
     """Each toolUse's result key (:func:`~service.agent.messages.result_keys`), by the
     toolUse's identity; made on first use."""

@@ -31,6 +31,8 @@ Tools with effect ``once``: each is recorded as started in ``run.started`` and a
 executor starts together share one); one is yielded again once its result is in. A tool found
 recorded as started without a result (its owner stopped while it ran) is not run: it raises the
 ``tool_outcome_unknown`` interrupt, whose answer supplies its result, fails it, or runs it again.
+The ledger is kept by toolUseId: a toolUseId the model gave several ``once`` calls is recorded as
+started until none of its calls is left without a result, and one answer settles each of them.
 One call's hooks, tries (timeout, retries) and span are :mod:`service.agent.tool_call`'s.
 """
 
@@ -39,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
@@ -80,7 +83,14 @@ def _settle_started(run: BatchRun, use: dict[str, Any]) -> Settled:
     tool_use_id = use["toolUseId"]
     started = run.started.get(tool_use_id)
     if started is None:
-        return "run"
+        if tool_use_id not in run.settled:
+            return "run"
+        # Another call of this toolUseId took the answer: it holds for this one too.
+        settled = run.settled[tool_use_id]
+        if settled is None:
+            return "run"
+        run.results[run.key(use)] = checked(run, tool_use_id, settled)
+        return "done"
     interrupt_id = outcome_interrupt_id(tool_use_id)
     known = run.book.known.get(interrupt_id)
     answer = None
@@ -109,7 +119,7 @@ def _settle_started(run: BatchRun, use: dict[str, Any]) -> Settled:
         run.raised[run.key(use)] = Interrupt(id=interrupt_id, name=OUTCOME_UNKNOWN, reason=reason)
         return "raised"
     del run.started[tool_use_id]
-    block = answered_block(tool_use_id, answer)
+    block = run.settled[tool_use_id] = answered_block(tool_use_id, answer)
     if block is None:
         return "run"
     run.results[run.key(use)] = checked(run, tool_use_id, block)
@@ -122,19 +132,33 @@ async def _concurrent(
     queue: asyncio.Queue[Any] = asyncio.Queue()
     tool_map = run.agent.tool_map
     todo = [use for use in todo if _settle_started(run, use) == "run"]
-    # The once tools wait, past their before-call hooks, for one ledger commit of all of them.
-    unsettled = {u["toolUseId"] for u in todo if _once(tool_map.get(u.get("name", "")))}
+    # The once tools wait, past their before-call hooks, for one ledger commit of all of them;
+    # by call, not toolUseId, as the model may give one toolUseId to several calls.
+    unsettled = {run.key(u) for u in todo if _once(tool_map.get(u.get("name", "")))}
     ready: list[str] = []
     gate = asyncio.Event()
+    # The once calls of each toolUseId let through to the gate and without a result yet: the
+    # ledger entry of a toolUseId goes only once none is left, so a repeat that finished first
+    # does not leave one still running unrecorded (run again after a crash).
+    live: Counter[str] = Counter()
 
-    def settle(tool_use_id: str, *, starts: bool) -> None:
-        if tool_use_id not in unsettled:
+    def settle(use: dict[str, Any], *, starts: bool) -> None:
+        key = run.key(use)
+        if key not in unsettled:
             return
-        unsettled.discard(tool_use_id)
+        unsettled.discard(key)
         if starts:
-            ready.append(tool_use_id)
+            live[use["toolUseId"]] += 1
+            if use["toolUseId"] not in ready:
+                ready.append(use["toolUseId"])
         if not unsettled:
             queue.put_nowait(_GATE)
+
+    def ended(tool_use_id: str) -> None:
+        live[tool_use_id] -= 1
+        if live[tool_use_id] <= 0:
+            del live[tool_use_id]
+            run.started.pop(tool_use_id, None)
 
     async def one(use: dict[str, Any]) -> None:
         tool_use_id = use["toolUseId"]
@@ -149,24 +173,25 @@ async def _concurrent(
                 return
             once = _once(tool)
             if once:
-                settle(tool_use_id, starts=True)
+                settle(use, starts=True)
                 await gate.wait()
                 if run.cancel.immediate or run.aborted is not None:
-                    run.started.pop(tool_use_id, None)
+                    ended(tool_use_id)
                     return
             queue.put_nowait(ToolStarted(tool_use_id, name))
             block = await call(run, use, tool)
             if block is None:
-                run.started.pop(tool_use_id, None)
+                if once:
+                    ended(tool_use_id)
                 queue.put_nowait(ToolFinished(tool_use_id, name, _unfinished(run)))
                 return
             run.results[run.key(use)] = block
             queue.put_nowait(ToolFinished(tool_use_id, name, result_status(block)))
             if once:
-                run.started.pop(tool_use_id, None)
+                ended(tool_use_id)
                 queue.put_nowait(LedgerChanged(durable=False))
         finally:
-            settle(tool_use_id, starts=False)
+            settle(use, starts=False)
             queue.put_nowait(None)
 
     # Plain tasks rather than a TaskGroup: this generator may be closed at a ``yield``, where a
@@ -257,7 +282,7 @@ async def run_batch(run: BatchRun) -> AsyncIterator[Event | LedgerChanged]:
             if run.cancel.immediate:
                 break
             tool_use_id = use["toolUseId"]
-            settled = _settle_started(run, use) if run.started else "run"
+            settled = _settle_started(run, use) if run.started or run.settled else "run"
             if settled == "raised":
                 break
             if settled == "done":

@@ -5,10 +5,14 @@ and the resume runs only the calls whose toolUseId has no result yet. So a repea
 a result at the pause ends with that result alone, the other call never run nor answered, on an
 interrupt answer (after a checkpoint resume too) and on a cancelled one. Every expected value
 was observed by running the same scenario through strands-agents 1.62.0.
+
+The ledger of ``once`` tools is Cairn's own and is kept by toolUseId too: a crash between two
+calls of one id, or during both, never runs either again without asking.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -28,6 +32,7 @@ from engine_helpers import (
 from service.agent.cancel import CancelSignal
 from service.agent.events import ToolLedger
 from service.agent.loop import Invocation, resolve_cancel, run_invocation
+from service.agent.outcomes import outcome_interrupt_id
 from service.agent.state import SessionState
 from service.agent.tools import tool
 
@@ -224,3 +229,75 @@ async def test_a_crash_in_a_resumed_batch_keeps_skipping_the_ids_answered_at_the
     assert out.stop == "end_turn"
     assert PAID == [1]
     assert out.state.messages[2] == user(ok("x", "a"), ok("y", "b:ok"), ok("z", "paid 1"))
+
+
+@tool(effect="once")
+async def pay_until_dropped(amount: int) -> str:
+    """Pay ``amount``; the payment of 2 is still under way when its invocation is dropped."""
+    PAID.append(amount)
+    if PAID == [1, 2]:
+        await asyncio.Event().wait()  # never set: the test drops the invocation here
+    return f"paid {amount}"
+
+
+async def test_a_once_call_still_running_when_its_repeat_got_its_result_is_not_run_again() -> None:
+    # The model gave one toolUseId to two once calls; the concurrent executor starts both, the
+    # first one's result is committed while the second still runs, then the instance dies.
+    PAID.clear()
+    twice = [call("pay_until_dropped", "p", amount=1), call("pay_until_dropped", "p", amount=2)]
+    agent = make_agent(
+        [twice, "done"], checkpointing=False, executor="concurrent", tools=[pay_until_dropped]
+    )
+    events = run_invocation(agent, SessionState("s-twice"), Invocation("c1", "go"))
+    crashed = None
+    try:
+        async for event in events:
+            if isinstance(event, ToolLedger) and not event.durable:
+                crashed = roundtrip(event.state)
+                break
+    finally:
+        await events.aclose()
+    assert crashed is not None and crashed.pending is not None
+    assert list(crashed.pending.results) == ["p"]
+    assert list(crashed.pending.started) == ["p"], crashed.pending.started
+    assert PAID == [1, 2]
+    # The redelivered command continues the batch: the second call's outcome is unknown, so it
+    # is asked about, under the interrupt of its toolUseId, and not run again.
+    out = await invoke(agent, crashed, "go", command_id="c1")
+    assert PAID == [1, 2]
+    assert out.stop == "interrupt"
+    [unknown] = out.result.interrupts
+    assert unknown.name == "tool_outcome_unknown"
+    assert unknown.reason["tool_use_id"] == "p"
+    assert unknown.reason["input"] == {"amount": 2}
+
+
+@pytest.mark.parametrize("executor", ["sequential", "concurrent"])
+async def test_one_answer_about_a_repeated_once_id_settles_every_call_of_it(executor: str) -> None:
+    # The instance dies once the ledger recorded the toolUseId as started, before any result:
+    # the resume asks about the id, and its answer (a result: it happened) holds for each call.
+    PAID.clear()
+    twice = [call("pay", "p", amount=1), call("pay", "p", amount=2)]
+    agent = make_agent([twice, "done"], checkpointing=False, executor=executor, tools=[pay])
+    events = run_invocation(agent, SessionState("s-asked"), Invocation("c1", "go"))
+    crashed = None
+    try:
+        async for event in events:
+            if isinstance(event, ToolLedger) and event.durable:
+                crashed = roundtrip(event.state)
+                break
+    finally:
+        await events.aclose()
+    assert crashed is not None and crashed.pending is not None
+    assert list(crashed.pending.started) == ["p"]
+    asked = await invoke(agent, crashed, "go", command_id="c1")
+    assert asked.stop == "interrupt"
+    assert {i.id for i in asked.result.interrupts} == {outcome_interrupt_id("p")}
+    PAID.clear()
+    paid = {"content": [{"text": "paid, checked"}]}
+    out = await invoke(
+        agent, roundtrip(asked.state), answers((outcome_interrupt_id("p"), {"result": paid}))
+    )
+    assert out.stop == "end_turn"
+    assert PAID == []
+    assert out.state.messages[2] == user(ok("p", "paid, checked"), ok("p", "paid, checked"))
