@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
@@ -78,6 +78,13 @@ class MembershipWatch:
     its partitions to others. The instance then serves nothing until it rejoins: not ready,
     though alive (a restart would not bring the broker back). Sampled at each turn of the fetch
     loop and at each probe, so the time is that of the first sample to see it unknown.
+
+    A generation judged expired so stays not current when the coordinator is found again, until
+    aiokafka drops it (its heartbeat told it so: it rejoins under a new one) or a heartbeat of
+    our own (:meth:`run`, ``ask``) is answered for it: a coordinator back from a restart may
+    still know the member, which then keeps its partitions and must not wait for a rejoin that
+    never comes. Without that, the instance reported ready in the heartbeat interval between
+    finding the coordinator and learning that its membership had expired.
     """
 
     def __init__(
@@ -91,22 +98,53 @@ class MembershipWatch:
         self._session_timeout_s = session_timeout_s
         self._clock = clock
         self._unreached_since: float | None = None
+        self._expired: int | None = None
+        """The generation judged expired, until it is dropped or a heartbeat proves it current."""
+        self._reached = asyncio.Event()
+        """Set while the coordinator is known and a generation judged expired waits for proof."""
 
     def lost(self) -> str | None:
         """Why the membership is not current, or None while it is (as far as aiokafka knows)."""
-        if membership_of(self._consumer, None) is None:
+        membership = membership_of(self._consumer, None)
+        if membership is None or membership.generation_id != self._expired:
+            self._expired = None
+            self._reached.clear()
+        if membership is None:
             self._unreached_since = None
             return "no group membership: joining the group"
         if self._consumer._coordinator.coordinator_id is not None:
             self._unreached_since = None
-            return None
+            if self._expired is None:
+                return None
+            self._reached.set()
+            return (
+                "group coordinator reachable again after the membership expired: waiting for "
+                "it to answer a heartbeat"
+            )
+        self._reached.clear()
         now = self._clock()
         if self._unreached_since is None:
             self._unreached_since = now
         unreached_s = now - self._unreached_since
         if unreached_s < self._session_timeout_s:
             return None
+        self._expired = membership.generation_id
         return (
             f"group coordinator unreachable for {unreached_s:.0f} s, past the session timeout: "
             "the group membership has expired"
         )
+
+    async def run(self, ask: Callable[[], Awaitable[bool | None]], retry_s: float) -> None:
+        """Prove a generation judged expired current once its coordinator is reachable again:
+        one heartbeat of our own (``ask``, :meth:`KafkaGroupMember.current`) per ``retry_s``
+        while it is unanswered. Runs until cancelled."""
+        while True:
+            await self._reached.wait()
+            generation = self._expired
+            current = await ask()
+            if current and generation is not None and generation == self._expired:
+                self._expired = None
+                self._reached.clear()
+                continue
+            # Not answered yet, or over (aiokafka's own heartbeat will drop the generation).
+            await asyncio.sleep(retry_s)

@@ -263,6 +263,9 @@ class Runtime:
                 committing = tasks.create_task(shared.run()) if shared is not None else None
                 fetching = tasks.create_task(loop.run())
                 probe = tasks.create_task(self._lag.run())
+                proving = tasks.create_task(
+                    watch.run(member.current, group.heartbeat_interval_ms / 1000)
+                )
                 following = tasks.create_task(standby.run()) if standby is not None else None
                 await stop.wait()
                 logger.info("owners=<%d> | stopping: draining partitions", len(self._owners))
@@ -271,6 +274,7 @@ class Runtime:
                 await fetching
                 await self._stop_owners(set(self._owners))
                 probe.cancel()
+                proving.cancel()
                 if committing is not None:
                     committing.cancel()
                 if following is not None:
