@@ -98,3 +98,70 @@ async def test_a_drain_gives_the_partitions_to_the_other_instance_before_sigterm
         assert first.alive
         assert await first.terminate() == 0
         assert await second.terminate() == 0
+
+
+async def test_a_drain_while_restoring_gives_the_partitions_back_and_loses_no_result(
+    cluster: Cluster,
+) -> None:
+    """A drain of an instance whose restore is under way (held at the restore's start until
+    SIGUSR1, which never comes): it answers drained without finishing the restore, reports not
+    ready holding nothing, and the other instance takes every partition and answers every
+    command, those sent while the restore was held included, exactly once."""
+    everything = sorted(str(p) for p in range(cluster.partitions))
+    sessions = [unique("s") for _ in range(8)]
+    with services() as procs:
+        first = cluster.start("first")
+        procs.append(first)
+        await first.wait_ready()
+        first_health = await health_port(first)
+        async with Client(cluster) as client:
+            before = [invoke(s, "hi", agent="simple") for s in sessions]
+            for command in before:
+                await client.send(command)
+            for command in before:
+                await client.result(command["command_id"], timeout=60, alive=first)
+
+            second = cluster.start("second", CAIRN_FAULTS__HOLD_RESTORE="true")
+            procs.append(second)
+            second_health = await health_port(second)
+            await second.wait_log("restore held until SIGUSR1", timeout=60)
+            status, body = await probe(second_health, "/readyz")
+            assert status == 503 and body["restoring"], body
+            during = [invoke(s, "again", agent="simple") for s in sessions]
+            for command in during:
+                await client.send(command)
+
+            assert await probe(second_health, "/drain") == (200, {"status": "drained"})
+            status, body = await probe(second_health, "/readyz")
+            assert (status, body["assigned"], body["stopping"]) == (503, [], True), body
+            assert (await probe(second_health, "/livez"))[0] == 200
+
+            answers: list[tuple[int, dict[str, object]]] = []
+
+            async def owns_everything() -> bool:
+                answers.append(await probe(first_health, "/readyz"))
+                return answers[-1][0] == 200 and answers[-1][1]["assigned"] == everything
+
+            deadline = time.monotonic() + 60
+            while not await owns_everything():
+                assert time.monotonic() < deadline, (answers[-1], first.text()[-3000:])
+                await asyncio.sleep(0.1)
+            after = [invoke(s, "more", agent="simple") for s in sessions]
+            for command in after:
+                await client.send(command)
+            for command in [*during, *after]:
+                result = await client.result(command["command_id"], timeout=60, alive=first)
+                assert result["stop_reason"] == "end_turn", result
+            await client.caught_up()
+            assert second.alive
+            assert "partition ready" not in second.text()
+            assert await second.terminate() == 0, second.text()[-3000:]
+            assert await first.terminate() == 0, first.text()[-3000:]
+    everyone = [c["command_id"] for c in [*before, *during, *after]]
+    assert Counter(r["command_id"] for r in client.results) == dict.fromkeys(everyone, 1)
+    # Each session's turns were answered in order, none run twice: three user turns each.
+    for session in sessions:
+        turns = [r for r in client.results if r["session_id"] == session]
+        assert [r["command_id"] for r in turns] == [
+            c["command_id"] for c in [*before, *during, *after] if c["session_id"] == session
+        ]
