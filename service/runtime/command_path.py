@@ -135,6 +135,8 @@ class CommandPath:
             await self._refuse_foreign(work)
             return
         with self._store.in_use(work.session_id):
+            # A large session is decoded off the event loop before its first read below.
+            await self._store.prefetch(work.session_id)
             await self._handle(work)
 
     async def _refuse_foreign(self, work: CommandWork) -> None:

@@ -11,6 +11,7 @@ Everything else is evicted least recently used first once the cache holds more t
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -21,7 +22,7 @@ from service.agent.state import SessionState
 from service.agent.types import ContentBlock, Message
 from service.sessions import history
 from service.sessions.cache import CACHE_MAX_BYTES, SessionCache
-from service.sessions.codec import decode_session
+from service.sessions.codec import Loaded, decode_session
 from service.sessions.delivery import Delivery
 from service.sessions.table import MemoryTable, Row, Table
 
@@ -36,6 +37,11 @@ more, and the write stalls the event loop for longer."""
 
 FLUSH_ROWS = 2048
 """Or until this many are waiting."""
+
+DECODE_OFF_LOOP_BYTES = 2 * 1024 * 1024
+"""A session whose records hold at least this many bytes is decoded in a thread by
+:meth:`SessionStore.prefetch` (about 20 ms of decoding on the event loop; docs/runtime.md, "A large
+session's decode")."""
 
 
 @dataclass(slots=True)
@@ -127,6 +133,41 @@ class SessionStore:
             return cached
         if session_id in self._deleted:
             return None
+        read = self._read(session_id)
+        if read is None:
+            return None
+        head, seq, records = read
+        return self._decoded(session_id, seq, decode_session(head, records))
+
+    async def prefetch(self, session_id: str) -> None:
+        """Decode a large session (:data:`DECODE_OFF_LOOP_BYTES`) in a thread into the cache,
+        so the :meth:`get` calls that follow find it there instead of stalling the event loop.
+
+        What the thread decoded is kept only if nothing changed the session meanwhile (no write
+        or deletion here, the same head in the table); otherwise the next :meth:`get` decodes
+        it as it always did. Smaller or cached sessions are left to :meth:`get`.
+        """
+        if session_id in self._deleted or self._cache.peek(self, session_id) is not None:
+            return
+        read = self._read(session_id)
+        if read is None:
+            return
+        head, seq, records = read
+        if len(head) + sum(len(value) for value in records.values()) < DECODE_OFF_LOOP_BYTES:
+            return
+        version = self._versions
+        loaded = await asyncio.to_thread(decode_session, head, records)
+        if (
+            version != self._versions
+            or session_id in self._deleted
+            or self._cache.peek(self, session_id) is not None
+            or self.table.get(session_id.encode()) != (head, seq)
+        ):
+            return
+        self._decoded(session_id, seq, loaded)
+
+    def _read(self, session_id: str) -> tuple[bytes, int, dict[bytes, bytes]] | None:
+        """The session's head, event seq and history records as the table holds them."""
         found = self.table.get(session_id.encode())
         if found is None:
             return None
@@ -135,7 +176,9 @@ class SessionStore:
         records: dict[bytes, bytes] = {}
         for kind in history.LOADED:
             records.update(self.table.scan(mine + kind))
-        loaded = decode_session(head, records)
+        return head, seq, records
+
+    def _decoded(self, session_id: str, seq: int, loaded: Loaded) -> StoredSession:
         stored = StoredSession(
             state=loaded.state,
             event_seq=seq,

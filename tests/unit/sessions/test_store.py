@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Iterable
+from typing import Any
 
 import pytest
 
@@ -202,3 +205,61 @@ def test_a_session_in_use_stays_decoded_whatever_its_size_until_let_go() -> None
     store.flush()
     assert store.cached_bytes == 0
     assert store.get("big") is not first  # read from the table again
+
+
+def _decodes_in(monkeypatch: pytest.MonkeyPatch) -> tuple[list[bool], threading.Event]:
+    """Record, for each decode of a session from the table, whether it ran off the event loop's
+    thread; a decode off it waits for the returned event first."""
+    main = threading.get_ident()
+    off_loop: list[bool] = []
+    go = threading.Event()
+    decode = store_module.decode_session
+
+    def recorded(head: bytes, records: Any) -> Any:
+        off_loop.append(threading.get_ident() != main)
+        if off_loop[-1]:
+            assert go.wait(10)
+        return decode(head, records)
+
+    monkeypatch.setattr(store_module, "decode_session", recorded)
+    return off_loop, go
+
+
+async def test_a_large_session_is_decoded_off_the_event_loop_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    off_loop, go = _decodes_in(monkeypatch)
+    go.set()
+    store = SessionStore()
+    big = SessionState(session_id="big", agent="a")
+    big.messages = [{"role": "user", "content": [{"text": f"{i} " * 40}]} for i in range(100)]
+    value = encode_state(big, Delivery(("c1",)))
+    small = encode_state(SessionState(session_id="small"))
+    assert len(small) < len(value)
+    store.load(b"big", value, [event_seq_header(4)])
+    store.load(b"small", small, [])
+    monkeypatch.setattr(store_module, "DECODE_OFF_LOOP_BYTES", len(value))
+    await store.prefetch("big")
+    await store.prefetch("small")  # under the threshold: left to get
+    got = store.get("big")
+    assert got is not None and got.state == big and got.event_seq == 4
+    assert store.get("small") is not None
+    assert off_loop == [True, False]
+
+
+async def test_what_a_prefetch_decoded_is_dropped_if_the_session_was_written_meanwhile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    off_loop, go = _decodes_in(monkeypatch)
+    monkeypatch.setattr(store_module, "DECODE_OFF_LOOP_BYTES", 1)
+    store = SessionStore()
+    store.load(b"s1", encode_state(SessionState(session_id="s1", agent="old")), [])
+    prefetching = asyncio.create_task(store.prefetch("s1"))
+    async with asyncio.timeout(10):
+        while not off_loop:
+            await asyncio.sleep(0)
+    store.put("s1", StoredSession(SessionState(session_id="s1", agent="new"), event_seq=2))
+    go.set()
+    await prefetching
+    got = store.get("s1")
+    assert got is not None and got.state.agent == "new"
