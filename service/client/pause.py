@@ -57,9 +57,12 @@ class Pause:
             session_id,
             committed=True,
             checkpoint=state.get("checkpoint") or None,
+            # Answered interrupts stay in the state until their batch completes; only those
+            # still without an answer are pending, as the result listed them.
             interrupts=tuple(
                 PendingInterrupt(str(i.get("id")), str(i.get("name")), i.get("reason"))
                 for i in pending.get("interrupts") or []
+                if i.get("response") is None
             ),
             running=str(inflight["command_id"]) if inflight.get("command_id") else None,
         )

@@ -341,10 +341,16 @@ def state_lines(state: dict[str, Any] | None) -> list[str]:
         f"  messages: {len(messages)}  turn cycle: {state.get('cycle_index')}",
     ]
     pending = state.get("pending") or {}
-    interrupts = pending.get("interrupts") or []
+    # Answered interrupts stay in the state until their batch completes: not pending any more.
+    listed = pending.get("interrupts") or []
+    interrupts = [i for i in listed if i.get("response") is None]
     checkpoint = state.get("checkpoint")
     if interrupts:
         lines.append("  paused at: interrupt (answer to continue)")
+        if len(listed) > len(interrupts):
+            answered = len(listed) - len(interrupts)
+            plural = "interrupt" if answered == 1 else "interrupts"
+            lines.append(f"    ({answered} {plural} of this batch already answered)")
         for interrupt in interrupts:
             outcome = outcome_line(interrupt)
             if outcome:

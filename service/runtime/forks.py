@@ -238,10 +238,11 @@ def fork_result(state: SessionState) -> AgentResult:
     pending = state.pending
     if state.checkpoint is not None:
         return AgentResult("checkpoint", None, checkpoint=state.checkpoint, state=state.agent_state)
-    if pending is not None and pending.interrupts:
-        return AgentResult(
-            "interrupt", None, interrupts=list(pending.interrupts), state=state.agent_state
-        )
+    # Answered interrupts stay in the state until their batch completes; the source's result
+    # listed only those still waiting, and so does the fork's (answer every id it lists).
+    open_ = [i for i in pending.interrupts if i.response is None] if pending is not None else []
+    if open_:
+        return AgentResult("interrupt", None, interrupts=open_, state=state.agent_state)
     return AgentResult("end_turn", None, state=state.agent_state)
 
 

@@ -203,6 +203,23 @@ def test_state_shows_the_pause_point_and_pending_interrupts() -> None:
     assert "  last applied commands: c1, c2" in lines
 
 
+def test_state_lists_only_the_interrupts_still_waiting_for_an_answer() -> None:
+    answered = {"id": "v1:tool_call:t0:x", "name": "ask-a", "reason": None, "response": "A"}
+    lines = render.state_lines(
+        {
+            "session_id": "s",
+            "agent": "demo",
+            "messages": [],
+            "cycle_index": 0,
+            "checkpoint": None,
+            "pending": {"interrupts": [answered, {"id": IID, "name": "approval", "reason": None}]},
+        }
+    )
+    assert f"    approval id={IID} reason=null" in lines
+    assert not any("ask-a" in line for line in lines)
+    assert "    (1 interrupt of this batch already answered)" in lines
+
+
 @pytest.mark.parametrize(
     "argv",
     [

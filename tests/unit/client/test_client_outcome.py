@@ -119,6 +119,26 @@ def test_with_several_pending_interrupt_picks_one(
     assert answers_sent(kafka) == [{"interruptId": T2, "response": {"fail": "not paid"}}]
 
 
+def test_an_outcome_answered_before_is_no_longer_pending(
+    kafka: FakeKafka, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A partial answer leaves the answered interrupt in the state, with its response, until the
+    # batch completes; the result listed only the open one, and the client counts the same.
+    kafka.committed = state(outcome("t1") | {"response": {"fail": "not paid"}}, outcome("t2"))
+    assert resume("--retry") == 0
+    assert answers_sent(kafka) == [{"interruptId": T2, "response": {"retry": True}}]
+    assert resume("--retry", "--interrupt", T1) == 2
+    assert f"pending: ['{T2}']" in capsys.readouterr().err
+
+
+def test_a_plain_answer_goes_to_the_one_interrupt_still_open(kafka: FakeKafka) -> None:
+    answered = APPROVAL_INTERRUPT | {"response": True}
+    other = "v1:tool_call:t4:1dce052e-1576-5b2a-a34a-e8851ec97e03"
+    kafka.committed = state(answered, {"id": other, "name": "ask", "reason": None, "response": None})
+    assert resume("--answer", "yes") == 0
+    assert answers_sent(kafka) == [{"interruptId": other, "response": "yes"}]
+
+
 @pytest.mark.parametrize("named", [APPROVAL, outcome_interrupt_id("t9"), "bogus"])
 def test_interrupt_must_name_a_pending_outcome(
     kafka: FakeKafka, capsys: pytest.CaptureFixture[str], named: str

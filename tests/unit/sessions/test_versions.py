@@ -10,7 +10,7 @@ import pytest
 
 from service.agent.errors import SessionExistsError, VersionUnavailableError
 from service.agent.state import Inflight, PendingBatch, SessionState
-from service.agent.types import Checkpoint, Message
+from service.agent.types import Checkpoint, Interrupt, Message
 from service.runtime.answers import Answers
 from service.runtime.cancels import CancelDesk
 from service.runtime.command_path import CommandPath
@@ -313,3 +313,36 @@ async def test_the_command_path_answers_a_fork_once_even_when_it_is_read_again()
     assert len(results) == 1
     assert len(desk.outcomes) == 3  # the answer, then two offsets finished without one
     assert desk.reads == ["s"]
+
+
+async def test_a_fork_of_a_partly_answered_interrupt_pause_lists_only_the_open_interrupts() -> None:
+    # The source's result at that version listed the interrupts still waiting for an answer;
+    # the fork's result must list the same ones, not those answered before (kept in the state
+    # until the batch completes), or a client answering "every id" answers one twice.
+    writer, log = _writer(), Log()
+    asked: Message = {
+        "role": "assistant",
+        "content": [
+            {"toolUse": {"toolUseId": f"t{n}", "name": "ask", "input": {}}} for n in range(3)
+        ],
+    }
+    state = SessionState(session_id="s", agent="a", messages=[_user("hi")])
+    state.pending = PendingBatch(
+        asked,
+        interrupts=[
+            Interrupt("i0", "ask-0", {"n": 0}, response="answered"),
+            Interrupt("i1", "ask-1", {"n": 1}),
+            Interrupt("i2", "ask-2", {"n": 2}),
+        ],
+    )
+    log.apply(writer.write(state, 1, step=Step(0, "c1", stop_reason="interrupt")))
+    desk = Desk(log)
+    await desk.send("fork", "f", "k1", source_session_id="s", version=1)
+    result = desk.last_result()
+    assert result["stop_reason"] == "interrupt"
+    assert [i["id"] for i in result["interrupts"]] == ["i1", "i2"]
+    assert all(i["response"] is None for i in result["interrupts"])
+    # The fork keeps the answer given in the source: its batch still needs it.
+    stored = desk.store.get("f")
+    assert stored is not None and stored.state.pending is not None
+    assert [i.response for i in stored.state.pending.interrupts] == ["answered", None, None]
