@@ -394,3 +394,22 @@ async def test_interrupted_tool_reports_finished_interrupted() -> None:
     agent = make_agent([call("approve", "t", action="x"), "done"], checkpointing=False)
     out = await invoke(agent, new_state(), "go")
     assert [(e.tool_use_id, e.status) for e in out.of(ToolFinished)] == [("t", "interrupted")]
+
+
+async def test_an_id_answered_by_an_earlier_resume_is_accepted_and_its_tool_keeps_its_result() -> None:
+    # As in the reference: answered interrupts stay in the interrupt state until the batch
+    # completes, so naming one again is no unknown id; a tool that already ran with the first
+    # answer keeps that result (docs/clients.md, "Answer an interrupt").
+    script = [[call("approve", "a", action="one"), call("approve", "b", action="two")], "done"]
+    agent = make_agent(script, checkpointing=False, executor="concurrent")
+    out = await invoke(agent, new_state(), "go")
+    ids = [i.id for i in out.result.interrupts or []]
+    out = await invoke(agent, out.state, answers((ids[0], "yes")))
+    out = await invoke(agent, out.state, answers((ids[0], "changed")))
+    assert out.stop == "interrupt"
+    assert [i.id for i in out.result.interrupts or []] == [ids[1]]
+    out = await invoke(agent, out.state, answers((ids[1], "also")))
+    assert [r["content"][0]["text"] for r in results_of(out.state.messages[2])] == [
+        "one:yes",
+        "two:also",
+    ]
