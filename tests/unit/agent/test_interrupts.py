@@ -396,7 +396,9 @@ async def test_interrupted_tool_reports_finished_interrupted() -> None:
     assert [(e.tool_use_id, e.status) for e in out.of(ToolFinished)] == [("t", "interrupted")]
 
 
-async def test_an_id_answered_by_an_earlier_resume_is_accepted_and_its_tool_keeps_its_result() -> None:
+async def test_an_id_answered_by_an_earlier_resume_is_accepted_and_its_tool_keeps_its_result() -> (
+    None
+):
     # As in the reference: answered interrupts stay in the interrupt state until the batch
     # completes, so naming one again is no unknown id; a tool that already ran with the first
     # answer keeps that result (docs/clients.md, "Answer an interrupt").

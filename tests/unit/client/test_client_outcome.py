@@ -134,7 +134,9 @@ def test_an_outcome_answered_before_is_no_longer_pending(
 def test_a_plain_answer_goes_to_the_one_interrupt_still_open(kafka: FakeKafka) -> None:
     answered = APPROVAL_INTERRUPT | {"response": True}
     other = "v1:tool_call:t4:1dce052e-1576-5b2a-a34a-e8851ec97e03"
-    kafka.committed = state(answered, {"id": other, "name": "ask", "reason": None, "response": None})
+    kafka.committed = state(
+        answered, {"id": other, "name": "ask", "reason": None, "response": None}
+    )
     assert resume("--answer", "yes") == 0
     assert answers_sent(kafka) == [{"interruptId": other, "response": "yes"}]
 
