@@ -7,6 +7,7 @@ fields, key mismatch), with the ids it could read; encoding writes exactly what 
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -143,10 +144,49 @@ def _load(value: bytes, max_bytes: int | None) -> dict[str, Any]:
                 f"record value nests objects and arrays deeper than {MAX_DEPTH} levels, too "
                 f"deep to read: {exc}"
             ) from None
-        raise WireError(_utf8_problem(value) or f"record value is not UTF-8 JSON: {exc}") from None
+        utf8 = _utf8_problem(value)
+        if utf8 is None:
+            _refuse_unreadable_json(value, exc)
+        raise WireError(utf8 or f"record value is not UTF-8 JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise WireError(f"record value must be a JSON object, got {_json_kind(raw)}")
     return raw
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _refuse_unreadable_json(value: bytes | bytearray | memoryview, exc: Exception) -> None:
+    """Refuse, with its ids, a command that is JSON orjson cannot hold: a number past a
+    double's range (``1e400``) or a lone surrogate escape (``"\\ud800"``), both in JSON's
+    grammar. Without this it would be dead-lettered, unanswered, as a value that is not JSON.
+    Returns (and the caller dead-letters) when the stricter stdlib parser fails too or the ids
+    are none a result can carry. Runs only on a value that failed to parse."""
+    try:
+        raw = json.loads(bytes(value), parse_constant=_not_json)
+    except (ValueError, RecursionError):
+        return
+    if not isinstance(raw, dict):
+        return
+    ids = [_id(raw, name) for name in ("session_id", "command_id")]
+    if any(i is None or not _is_unicode(i) for i in ids):
+        return
+    raise WireError(
+        f"record value holds JSON that cannot be read: {exc} (numbers must fit in a double, "
+        "and \\u escapes must make Unicode characters)",
+        session_id=ids[0],
+        command_id=ids[1],
+    )
+
+
+def _is_unicode(text: str) -> bool:
+    """No lone surrogates: text a result can be written with."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _json_kind(value: object) -> str:

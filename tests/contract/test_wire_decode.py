@@ -592,3 +592,36 @@ def test_a_cancel_message_longer_than_its_limit_is_refused_at_once() -> None:
     error = caught.value
     assert error.reason == "message: String should have at most 10000 characters"
     assert (error.code, error.command_id) == ("invalid_command", CANCEL["command_id"])
+
+
+@pytest.mark.parametrize(
+    ("extra", "why"),
+    [
+        (b'"metadata": {"big": 1e400}', "number is infinity when parsed as double"),
+        (b'"metadata": {"s": "\\ud800"}', "surrogate"),
+    ],
+)
+def test_valid_json_the_parser_cannot_hold_is_refused_with_its_ids(extra: bytes, why: str) -> None:
+    # JSON's grammar allows a number past a double's range and a lone surrogate escape; orjson
+    # reads neither. The ids are readable, so the command is answered invalid_command, not
+    # dead-lettered unanswered as a value that is not JSON would be.
+    error = refused(raw(INVOKE)[:-1] + b", " + extra + b"}")
+    assert error.answerable
+    assert (error.session_id, error.command_id) == ("s-1", "c-1")
+    assert why in error.reason
+    assert error.reason.startswith("record value holds JSON that cannot be read")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        # Ids that a result cannot carry: a lone surrogate is no Unicode text.
+        b'{"type": "invoke", "command_id": "c-1", "session_id": "s-\\udc00", "n": 1e400}',
+        # NaN and Infinity are not JSON at all.
+        b'{"type": "invoke", "command_id": "c-1", "session_id": "s-1", "n": NaN}',
+        b'{"type": "invoke", "command_id": "c-1", "session_id": "s-1", "n": -Infinity}',
+        b"[1e400]",
+    ],
+)
+def test_unreadable_json_without_answerable_ids_is_still_dead_lettered(value: bytes) -> None:
+    assert not refused(value).answerable
