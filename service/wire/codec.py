@@ -276,7 +276,15 @@ def _check_key(raw: dict[str, Any], session_id: str, key: bytes | KeyCheck | Non
         raise _fail(raw, "session_id", "the record has no key; the key must be the session id")
     if key != session_id.encode():
         shown = key[:64].decode("utf-8", "replace")
-        raise _fail(raw, "session_id", f"does not match the record key {shown!r}")
+        problem = f"does not match the record key {shown!r}"
+        source = raw.get("source_session_id")
+        if raw.get("type") == "fork" and isinstance(source, str) and key == source.encode():
+            # The likely mistake: a fork is addressed to the session it creates.
+            problem += (
+                ", the fork's source_session_id: a fork is keyed by its session_id, the new "
+                "session's id"
+            )
+        raise _fail(raw, "session_id", problem)
 
 
 def _refuse_wrapped_checkpoint(raw: dict[str, Any], field: str) -> None:

@@ -504,6 +504,25 @@ def test_the_record_key_must_be_the_session_id() -> None:
         decode_control(raw(CANCEL), key=b"other")
 
 
+def test_a_fork_keyed_by_its_source_is_told_it_belongs_to_the_new_session() -> None:
+    fork = {
+        "type": "fork",
+        "schema_version": 1,
+        "command_id": "c-9",
+        "session_id": "s-new",
+        "source_session_id": "s-1",
+        "version": 1,
+    }
+    assert decode_command(raw(fork), key=b"s-new").session_id == "s-new"
+    error = refused(raw(fork), key=b"s-1")
+    assert error.answerable
+    assert error.reason == (
+        "session_id: does not match the record key 's-1', the fork's source_session_id: a fork "
+        "is keyed by its session_id, the new session's id"
+    )
+    assert refused(raw(fork), key=b"s-2").reason.endswith("does not match the record key 's-2'")
+
+
 def test_control_refuses_commands_and_commands_refuse_cancels() -> None:
     with pytest.raises(WireError, match="'invoke' belongs on the commands topic"):
         decode_control(raw(INVOKE))
