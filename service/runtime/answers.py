@@ -3,7 +3,8 @@ letter, or both in place of an output the broker refused.
 
 Guarantees: an ``error`` result is committed with its command's input offset and, when the
 command has an id and the session a state to keep, with that state recording the command as
-applied, so a re-read or re-published command is answered never again; a dead letter keeps the
+applied, so a re-read or re-published command is answered never again, and it echoes the
+command's metadata, that of a record refused before it decoded included; a dead letter keeps the
 original record (cut to fit one producer request) and is committed with its input offset. These
 are the only places either is built.
 """
@@ -11,6 +12,7 @@ are the only places either is built.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from service.agent.state import SessionState
 from service.observability.metrics import Metrics
@@ -21,6 +23,7 @@ from service.sessions.delivery import Delivery
 from service.sessions.store import StoredSession
 from service.sessions.writer import SessionWriter
 from service.settings import TopicSettings
+from service.wire.codec import refused_metadata
 from service.wire.errors import ErrorCode
 
 FALLBACK_RESULT_MAX_BYTES = 16_384
@@ -124,7 +127,6 @@ class Answers:
         max_bytes: int | None,
         rollback_to: int | None = None,
     ) -> Outcome:
-        command = work.command
         command_id = work.command_id
         outcome = Outcome(finished=[work.record.origin], results=1, replay_unsafe=True)
         outcome.records.append(
@@ -134,7 +136,7 @@ class Answers:
                 command_id or "",
                 code,
                 message,
-                command.metadata if isinstance(command, ParsedCommand) else None,
+                self._metadata(work),
                 _trace(work),
                 max_bytes=max_bytes if max_bytes is not None else self._max_bytes,
             )
@@ -149,6 +151,15 @@ class Answers:
             outcome.state = self._writer.write(keeps, event_seq, delivery, rollback_to=rollback_to)
             outcome.replay_unsafe = False
         return outcome
+
+    def _metadata(self, work: CommandWork) -> dict[str, Any] | None:
+        """The metadata an error result echoes: the command's, also when it did not decode."""
+        command = work.command
+        if isinstance(command, ParsedCommand):
+            return command.metadata
+        if command is None and work.record.origin.topic == self._topics.commands:
+            return refused_metadata(work.record.value)
+        return None
 
     def _dead_letter(self, record: InputRecord, reason: str, code: ErrorCode) -> OutRecord:
         return dlq_record(self._topics.dlq, record, reason, code)

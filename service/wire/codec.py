@@ -297,6 +297,25 @@ def _refuse_wrapped_checkpoint(raw: dict[str, Any], field: str) -> None:
         )
 
 
+def refused_metadata(value: bytes | None) -> dict[str, Any] | None:
+    """The ``metadata`` that the ``error`` result of a commands-topic record refused before it
+    became a command echoes (a field, its key or its partition was wrong): its ``metadata``
+    object, so a client correlates a refusal as it does any result. None when the value does not
+    read as JSON or its ``metadata`` is no object, or nests past the limit. Runs only on a
+    refusal, so the second parse costs nothing else."""
+    if value is None:
+        return None
+    try:
+        raw = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return None
+    metadata = raw.get("metadata") if isinstance(raw, dict) else None
+    # A result holds it one level down: no deeper than a command may nest.
+    if not isinstance(metadata, dict) or _too_deep(metadata, MAX_DEPTH - 1):
+        return None
+    return metadata
+
+
 def decode_command(
     value: bytes,
     *,

@@ -6,6 +6,7 @@ store are the real ones (none of them touches Kafka).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -477,3 +478,77 @@ async def test_a_resume_naming_another_agent_than_its_sessions_is_refused() -> N
         "message": "agent: 'b' is not the agent of session 's' ('a'); leave it out or name "
         "that one",
     }
+
+
+METADATA = {"tenant": "acme", "request_id": "req-2b1c", "n": [1, {"deep": True}]}
+
+
+@pytest.mark.parametrize(
+    ("body", "key", "partition"),
+    [
+        ({**INVOKE_S, "checkpointing": "yes"}, b"s", None),  # a field refused
+        ({**INVOKE_S, "stray": 1}, b"s", None),  # an unknown field
+        (INVOKE_S, b"other", None),  # keyed by another id
+        (INVOKE_S, b"s", "off"),  # off its key's partition
+        ({"type": "fork", "command_id": "c", "session_id": "s", "version": 0}, b"s", None),
+        ({"type": "history", "command_id": "c", "session_id": "s", "limit": 101}, b"s", None),
+    ],
+    ids=["field", "unknown-field", "key", "partition", "fork", "history"],
+)
+async def test_a_command_the_wire_refuses_still_gets_its_metadata_echoed(
+    body: dict[str, Any], key: bytes, partition: str | None
+) -> None:
+    # The contract: a result's metadata is the command's, unchanged ({} only when it had none
+    # or echoing it would outgrow the record limit). A client correlates by it, refusals too.
+    t = Harness()
+    home = keyed_partition(b"s", 4)
+    record = InputRecord(
+        Origin(TOPICS.commands, home if partition is None else (home + 1) % 4, 9),
+        key,
+        orjson.dumps({**body, "metadata": METADATA}),
+        [],
+        100,
+    )
+    with pytest.raises(WireError) as refused:
+        parse_command(record, partitions=4)
+    work = t.path.undecodable(record, refused.value)
+    assert work is not None
+    await t.path.handle(work)
+    [answer] = t.results()
+    assert answer["error"]["code"] == "invalid_command"
+    assert answer["metadata"] == METADATA
+    assert "metadata_truncated" not in answer
+
+
+def _nested(levels: int) -> Any:
+    node: Any = []
+    for _ in range(levels - 1):
+        node = [node]
+    return node
+
+
+@pytest.mark.parametrize(
+    ("body", "echoed"),
+    [
+        ({**INVOKE_S, "metadata": [1, 2]}, {}),  # no object: nothing to echo
+        # Too deep in its prompt, not in its metadata: echoed.
+        ({**INVOKE_S, "prompt": _nested(80), "metadata": {"m": 1}}, {"m": 1}),
+        # Its metadata nests past the limit: a result could not hold it.
+        ({**INVOKE_S, "metadata": {"m": _nested(80)}}, {}),
+    ],
+    ids=["not-object", "deep-prompt", "deep-metadata"],
+)
+async def test_a_refusal_echoes_metadata_only_as_an_object_within_the_nesting_limit(
+    body: dict[str, Any], echoed: dict[str, Any]
+) -> None:
+    t = Harness()
+    value = json.dumps(body).encode()
+    record = InputRecord(Origin(TOPICS.commands, 0, 9), b"s", value, [], 100)
+    with pytest.raises(WireError) as refused:
+        parse_command(record)
+    work = t.path.undecodable(record, refused.value)
+    assert work is not None
+    await t.path.handle(work)
+    [answer] = t.results()
+    assert answer["error"]["code"] == "invalid_command"
+    assert answer["metadata"] == echoed
