@@ -71,7 +71,13 @@ _ELSEWHERE = {
 _RESUME_PAYLOAD: Mapping[type[BaseModel], str] = {InvokeCommand: "prompt", ResumeCommand: "resume"}
 """The field of a command that may hold a resume payload (a delete has none)."""
 
-_MESSAGES = {"missing": "is required", "extra_forbidden": "is not a known field"}
+_MESSAGES = {
+    "missing": "is required",
+    "extra_forbidden": "is not a known field",
+    # A number past 2^63-1 where a literal integer (schema_version) is expected: the validator
+    # speaks of an "input string", which a client that sent a number would not recognise.
+    "int_parsing_size": "is an integer out of range",
+}
 
 
 class KeyCheck(enum.Enum):
@@ -94,13 +100,17 @@ def _issues(exc: ValidationError) -> tuple[tuple[WireIssue, ...], ErrorCode]:
     issues = tuple(
         WireIssue(
             _path(err["loc"]),
-            _MESSAGES.get(err["type"], err["msg"].removeprefix("Value error, ")),
+            _message(err["type"], err["msg"]),
         )
         for err in errors
     )
     # The engine reports a malformed checkpoint resume as incompatible; the wire agrees.
     in_checkpoint = any(CHECKPOINT_TAG in err["loc"] for err in errors)
     return issues, "checkpoint_incompatible" if in_checkpoint else "invalid_command"
+
+
+def _message(kind: str, message: str) -> str:
+    return _MESSAGES.get(kind, message.removeprefix("Value error, "))
 
 
 def _reason(issues: tuple[WireIssue, ...]) -> str:

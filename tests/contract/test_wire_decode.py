@@ -96,6 +96,22 @@ def test_a_command_without_schema_version_is_read_as_version_1() -> None:
     assert command.schema_version == 1
 
 
+@pytest.mark.parametrize(
+    ("version", "reason"),
+    [
+        (2, "Input should be 1"),
+        (9223372036854775807, "Input should be 1"),
+        # Past 2^63-1 the validator said "Unable to parse input string as an integer, exceeded
+        # maximum size": the client sent a number, not a string.
+        (9223372036854775808, "is an integer out of range"),
+        (2**64 - 1, "is an integer out of range"),
+    ],
+)
+def test_a_schema_version_other_than_1_is_refused_saying_why(version: int, reason: str) -> None:
+    value = raw(INVOKE).replace(b'"schema_version":1', b'"schema_version":' + str(version).encode())
+    assert refused(value).reason == f"schema_version: {reason}"
+
+
 def test_resume_shapes_are_accepted() -> None:
     checkpoint = decode_command(raw(RESUME))
     assert isinstance(checkpoint, ResumeCommand)
