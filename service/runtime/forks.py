@@ -22,11 +22,11 @@ from typing import Any
 
 from service.agent.errors import EngineError, SessionExistsError, VersionUnavailableError
 from service.agent.state import SessionState
-from service.agent.types import AgentResult
+from service.agent.types import AgentResult, Message
 from service.observability.metrics import Metrics
 from service.runtime.answers import Answers, state_before
 from service.runtime.records import ParsedCommand, history_record, result_record
-from service.runtime.work import CommandWork, Origin, Outcome, commands_position
+from service.runtime.work import CommandWork, Origin, Outcome, OutRecord, commands_position
 from service.sessions import history
 from service.sessions.delivery import Delivery
 from service.sessions.store import SessionStore, StoredSession
@@ -184,6 +184,25 @@ class SessionVersions:
             return
         self._write_fork(work, command, stored, state, (source, version), found)
 
+    def _result_record(
+        self,
+        work: CommandWork,
+        command: ParsedCommand,
+        result: AgentResult,
+        origin: tuple[str, int],
+    ) -> OutRecord:
+        return result_record(
+            self._topics.results,
+            command.session_id,
+            command.command_id,
+            result,
+            command.metadata,
+            work.trace,
+            max_bytes=self._max_bytes,
+            version=1,
+            forked_from=origin,
+        )
+
     def _write_fork(
         self,
         work: CommandWork,
@@ -202,17 +221,11 @@ class SessionVersions:
             stop_reason=result.stop_reason,
             forked_from=origin,
         )
-        record = result_record(
-            self._topics.results,
-            command.session_id,
-            command.command_id,
-            result,
-            command.metadata,
-            work.trace,
-            max_bytes=self._max_bytes,
-            version=1,
-            forked_from=origin,
-        )
+        record = self._result_record(work, command, result, origin)
+        if len(record.value or b"") > self._max_bytes and result.message is not None:
+            # The message is the state's too, so nothing is lost: the fork is still answered.
+            result.message = None
+            record = self._result_record(work, command, result, origin)
         seq = stored.event_seq if stored is not None else 0
         # The target has no version (else it exists): this write is its version 1.
         delivery = delivery.finished(command.command_id).through(
@@ -234,16 +247,31 @@ class SessionVersions:
 
 def fork_result(state: SessionState) -> AgentResult:
     """The engine-shaped result of a fork: the pause it is at (resume it as any pause), or
-    ``end_turn`` when the version was at rest."""
+    ``end_turn`` when the version was at rest, with the message the source's result there
+    carried (the tool calls the pause waits on, or the last answer)."""
     pending = state.pending
+    message = _pause_message(state)
     if state.checkpoint is not None:
-        return AgentResult("checkpoint", None, checkpoint=state.checkpoint, state=state.agent_state)
+        return AgentResult(
+            "checkpoint", message, checkpoint=state.checkpoint, state=state.agent_state
+        )
     # Answered interrupts stay in the state until their batch completes; the source's result
     # listed only those still waiting, and so does the fork's (answer every id it lists).
     open_ = [i for i in pending.interrupts if i.response is None] if pending is not None else []
     if open_:
-        return AgentResult("interrupt", None, interrupts=open_, state=state.agent_state)
-    return AgentResult("end_turn", None, state=state.agent_state)
+        return AgentResult("interrupt", message, interrupts=open_, state=state.agent_state)
+    return AgentResult("end_turn", message, state=state.agent_state)
+
+
+def _pause_message(state: SessionState) -> Message | None:
+    """The assistant message whose tool calls a pause waits on, else the conversation's last
+    assistant message (an after_tools pause's tool calls, or the turn's answer)."""
+    if state.pending is not None:
+        return state.pending.assistant_message
+    for message in reversed(state.messages):
+        if message.get("role") == "assistant":
+            return message
+    return None
 
 
 def _kept(head: bytes, version: int) -> bool:

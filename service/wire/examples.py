@@ -430,13 +430,14 @@ def _results() -> dict[str, tuple[str, Any]]:
         ),
     )
     # A fork's first result: at the after_model pause of version 1 of the source, resumable
-    # with this checkpoint; the fork's own version 1.
+    # with this checkpoint, its message the tool calls that pause waits on; the fork's own
+    # version 1.
     out["agent_result/forked"] = (
         "agent_result",
         result_record(
             AgentResult(
                 stop_reason="checkpoint",
-                message=None,
+                message=LOOKUP_MESSAGE,
                 checkpoint=Checkpoint(position="after_model", cycle_index=0),
                 state=state,
             ),

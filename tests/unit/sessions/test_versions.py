@@ -203,7 +203,7 @@ def test_versions_not_kept_are_refused() -> None:
 class Desk:
     """The history and fork answers of one partition, the source read from ``source``."""
 
-    def __init__(self, source: Log) -> None:
+    def __init__(self, source: Log, max_bytes: int = 1 << 20) -> None:
         self.store = SessionStore()
         self.writer = SessionWriter(self.store, record_max_bytes=1 << 20)
         self.outcomes: list[Outcome] = []
@@ -221,7 +221,7 @@ class Desk:
             submit=self.outcomes.append,
             topics=TOPICS,
             session_records=records,
-            max_bytes=1 << 20,
+            max_bytes=max_bytes,
         )
 
     async def send(self, kind: str, session_id: str, command_id: str, **options: Any) -> None:
@@ -346,3 +346,52 @@ async def test_a_fork_of_a_partly_answered_interrupt_pause_lists_only_the_open_i
     stored = desk.store.get("f")
     assert stored is not None and stored.state.pending is not None
     assert [i.response for i in stored.state.pending.interrupts] == ["answered", None, None]
+
+
+async def test_a_fork_result_carries_the_message_of_the_pause_it_is_at() -> None:
+    # As the source's own result at that version did: the tool calls a checkpoint or an
+    # interrupt waits on (a client approves them from `message`), or the turn's last answer.
+    writer, log = _writer(), Log()
+    state = SessionState(session_id="s", agent="a", messages=[_user("hi"), _assistant("hello")])
+    log.apply(writer.write(state, 1, step=Step(0, "c1", stop_reason="end_turn")))
+    use = {"toolUse": {"toolUseId": "t1", "name": "f", "input": {}}}
+    asked: Message = {"role": "assistant", "content": [{"text": "let me see"}, use]}
+    paused = state.snapshot()
+    paused.messages += [_user("look it up"), asked]
+    paused.pending = PendingBatch(assistant_message=asked)
+    paused.checkpoint = Checkpoint(position="after_model", cycle_index=0)
+    log.apply(writer.write(paused, 2, step=Step(0, "c2", stop_reason="checkpoint")))
+    ran = paused.snapshot()
+    ran.pending = None
+    ran.messages.append(
+        {"role": "user", "content": [{"toolResult": {"toolUseId": "t1", "content": []}}]}
+    )
+    ran.checkpoint = Checkpoint(position="after_tools", cycle_index=0)
+    log.apply(writer.write(ran, 3, step=Step(0, "c3", stop_reason="checkpoint")))
+    waiting = paused.snapshot()
+    waiting.checkpoint = None
+    waiting.pending = PendingBatch(asked, interrupts=[Interrupt("i1", "approve")])
+    log.apply(writer.write(waiting, 4, step=Step(0, "c4", stop_reason="interrupt")))
+    desk = Desk(log)
+    expected = {1: ("end_turn", _assistant("hello")), 2: ("checkpoint", asked)}
+    expected |= {3: ("checkpoint", asked), 4: ("interrupt", asked)}
+    for version, (stop_reason, message) in expected.items():
+        await desk.send(
+            "fork", f"f{version}", f"k{version}", source_session_id="s", version=version
+        )
+        result = desk.last_result()
+        assert (result["stop_reason"], result["message"]) == (stop_reason, message), version
+
+
+async def test_a_fork_result_too_large_with_its_message_is_sent_without_it() -> None:
+    writer, log = _writer(), Log()
+    long_answer = _assistant("x" * 5_000)
+    state = SessionState(session_id="s", agent="a", messages=[_user("hi"), long_answer])
+    log.apply(writer.write(state, 1, step=Step(0, "c1", stop_reason="end_turn")))
+    desk = Desk(log, max_bytes=4_000)
+    await desk.send("fork", "f", "k1", source_session_id="s", version=1)
+    result = desk.last_result()
+    assert result["forked_from"] == {"session_id": "s", "version": 1}
+    assert result["message"] is None
+    stored = desk.store.get("f")
+    assert stored is not None and stored.state.messages[-1] == long_answer
