@@ -3,7 +3,8 @@
 Guarantee: Cairn's messages already are Converse messages, so blocks go out as they are except
 that empty text is dropped, binary payloads become bytes and a toolUse gets a valid name and an
 object input (:func:`.content.sent_tool_use`); streamed events are folded into one assistant
-message in block order, tool input joined and parsed once its block is complete.
+message in block order, tool input joined and parsed once its block is complete, and a text
+block that carries citations kept as a ``citationsContent`` block (as Strands keeps it).
 """
 
 from __future__ import annotations
@@ -142,6 +143,7 @@ class _Block:
     redacted: bytes = b""
     tool_id: str = ""
     tool_name: str = ""
+    citations: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -183,6 +185,10 @@ class BedrockReplyBuilder(BlockReplyBuilder):
             return str(delta["text"]) or None
         if "toolUse" in delta:
             entry.parts.append(delta["toolUse"].get("input", ""))
+        elif "citation" in delta:
+            # Kept as Strands keeps them: the block becomes a citationsContent block, which is
+            # also how Converse takes it back on the next call.
+            entry.citations.append(dict(delta["citation"]))
         elif "reasoningContent" in delta:
             entry.kind = "reasoning"
             reasoning = delta["reasoningContent"]
@@ -202,7 +208,12 @@ class BedrockReplyBuilder(BlockReplyBuilder):
     def _convert(self, block: _Block, *, tools: ToolCalls) -> dict[str, Any] | None:
         text = "".join(block.parts)
         if block.kind == "text":
-            return {"text": text} if text else None
+            if not text:
+                return None
+            if block.citations:
+                cited = {"citations": block.citations, "content": [{"text": text}]}
+                return {"citationsContent": cited}
+            return {"text": text}
         if block.kind == "toolUse":
             tool_input = (
                 parse_tool_input(text, block.tool_name) if tools == "run" else kept_tool_input(text)

@@ -108,6 +108,13 @@ def reasoning_block(index: int, text: str, signature: str) -> list[bytes]:
     ]
 
 
+def cited_block(index: int, citation: dict[str, Any], text: str) -> list[bytes]:
+    return [
+        event("contentBlockDelta", {"contentBlockIndex": index, "delta": {"citation": citation}}),
+        *text_deltas(index, text),
+    ]
+
+
 def redacted_block(index: int, data: bytes) -> list[bytes]:
     encoded = base64.b64encode(data).decode()
     return [

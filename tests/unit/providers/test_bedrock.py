@@ -260,6 +260,33 @@ async def test_reasoning_round_trips(server: WireServer) -> None:
     assert sent[:2] == reply.message["content"][:2]
 
 
+async def test_citations_are_kept_as_a_citations_content_block(server: WireServer) -> None:
+    """As Strands' stream processor keeps them; they went back as plain text before."""
+    citation = {
+        "title": "Handbook",
+        "sourceContent": [{"text": "It rains in Bergen."}],
+        "location": {"documentChar": {"documentIndex": 0, "start": 0, "end": 19}},
+    }
+    events = [
+        wire.message_start(),
+        *wire.text_deltas(0, "Look: "),
+        *wire.cited_block(1, citation, "Bergen is rainy."),
+        *wire.finish("end_turn"),
+    ]
+    server.script(wire.stream(events), wire.stream(wire.text_events("ok")))
+    deltas, reply = await run(provider(server))
+    assert deltas == ["Look: ", "Bergen is rainy."]
+    cited = {"citations": [citation], "content": [{"text": "Bergen is rainy."}]}
+    assert reply.message["content"] == [{"text": "Look: "}, {"citationsContent": cited}]
+    history = [
+        {"role": "user", "content": [{"text": "Weather?"}]},
+        reply.message,
+        {"role": "user", "content": [{"text": "Thanks"}]},
+    ]
+    await run(provider(server), messages=history)
+    assert server.requests[1].body["messages"][1]["content"] == reply.message["content"]
+
+
 async def test_history_maps_to_converse_blocks(server: WireServer) -> None:
     png = b"\x89PNG-bytes"
     history = [
