@@ -237,8 +237,14 @@ def summary_request(messages: Sequence[Message], state: ContextState, end: int) 
 
 
 def summary_blocks(reply: Message) -> list[ContentBlock]:
-    """The text of a summarizer's reply, as the content of the summary message."""
-    return [{"text": b["text"]} for b in reply.get("content", ()) if b.get("text")]
+    """The text of a summarizer's reply, as the content of the summary message; cited text
+    (a Bedrock reply's ``citationsContent``) counts as text, its citations left out."""
+    blocks: list[ContentBlock] = []
+    for block in reply.get("content", ()):
+        cited = block.get("citationsContent")
+        parts = cited.get("content", ()) if isinstance(cited, dict) else (block,)
+        blocks.extend({"text": part["text"]} for part in parts if part.get("text"))
+    return blocks
 
 
 async def write_summary(

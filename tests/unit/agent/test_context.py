@@ -432,3 +432,25 @@ def test_a_window_opens_on_a_request_so_it_may_send_one_message_less() -> None:
         {"role": "user", "content": HISTORY[2]["content"]},
         *HISTORY[5:],
     ]
+
+
+def test_cited_text_of_a_summarizer_reply_is_summary_text() -> None:
+    """A Bedrock summarizer's cited text is a citationsContent block (as Strands keeps it); its
+    text is the summary, so such a reply is not taken for one that wrote no text."""
+    reply: Message = {
+        "role": "assistant",
+        "content": [
+            {"text": "So far: "},
+            {
+                "citationsContent": {
+                    "citations": [{"title": "notes", "sourceContent": [{"text": "n"}]}],
+                    "content": [{"text": "the user asked for rain data."}],
+                }
+            },
+            {"reasoningContent": {"reasoningText": {"text": "not summary"}}},
+        ],
+    }
+    assert ctx.summary_blocks(reply) == [
+        {"text": "So far: "},
+        {"text": "the user asked for rain data."},
+    ]
