@@ -145,7 +145,7 @@ class SessionStore:
 
         What the thread decoded is kept only if nothing changed the session meanwhile (no write
         or deletion here, the same head in the table); otherwise the next :meth:`get` decodes
-        it as it always did. Smaller or cached sessions are left to :meth:`get`.
+        it as it always did. A smaller one is decoded at once, as :meth:`get` would.
         """
         if session_id in self._deleted or self._cache.peek(self, session_id) is not None:
             return
@@ -154,6 +154,8 @@ class SessionStore:
             return
         head, seq, records = read
         if len(head) + sum(len(value) for value in records.values()) < DECODE_OFF_LOOP_BYTES:
+            # Decoded here, as get() would, so the table is not read twice.
+            self._decoded(session_id, seq, decode_session(head, records))
             return
         version = self._versions
         loaded = await asyncio.to_thread(decode_session, head, records)

@@ -240,7 +240,7 @@ async def test_a_large_session_is_decoded_off_the_event_loop_once(
     store.load(b"small", small, [])
     monkeypatch.setattr(store_module, "DECODE_OFF_LOOP_BYTES", len(value))
     await store.prefetch("big")
-    await store.prefetch("small")  # under the threshold: left to get
+    await store.prefetch("small")  # under the threshold: decoded on the loop
     got = store.get("big")
     assert got is not None and got.state == big and got.event_seq == 4
     assert store.get("small") is not None
@@ -263,3 +263,22 @@ async def test_what_a_prefetch_decoded_is_dropped_if_the_session_was_written_mea
     await prefetching
     got = store.get("s1")
     assert got is not None and got.state.agent == "new"
+
+
+async def test_a_small_session_prefetched_is_read_from_the_table_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = SessionStore()
+    store.load(b"small", encode_state(SessionState(session_id="small", agent="a")), [])
+    reads: list[bytes] = []
+    table_get = store.table.get
+
+    def counted(key: bytes) -> tuple[bytes, int] | None:
+        reads.append(key)
+        return table_get(key)
+
+    monkeypatch.setattr(store.table, "get", counted)
+    await store.prefetch("small")
+    got = store.get("small")
+    assert got is not None and got.state.agent == "a"
+    assert reads == [b"small"]
