@@ -146,10 +146,11 @@ class CancelDesk:
 
     def deleting(self, work: CommandWork, command: ParsedCommand) -> None:
         """Take a delete as it is read: the session's running invocation stops now, and its
-        queued commands published before the delete are answered ``cancelled`` unrun."""
+        queued commands published before the delete (and not after it was read, whatever its
+        record timestamp) are answered ``cancelled`` unrun."""
         session_id = work.session_id
         command_id = command.command_id
-        timestamp_ms = work.record.timestamp_ms
+        timestamp_ms = self._until(work.record)
         running = self._running.get(session_id)
         if self._applied(session_id, command_id) or (
             running is not None and running.work.command_id == command_id
@@ -199,13 +200,13 @@ class CancelDesk:
             await self._durable()
         reach = self._reach.get(session_id, {}).pop(command.command_id, None)
         if reach is None:
-            reach = CancelReach(work.record.timestamp_ms, None)
+            reach = CancelReach(self._until(work.record), None)
         stored = self._store.get(session_id)
         existed = stored is not None
         if stored is not None:
             self.forgetting(session_id, stored.delivery.applied)
         write = self._writer.delete(session_id) if stored is not None else None
-        if self._covers_until.get(session_id) == work.record.timestamp_ms:
+        if self._covers_until.get(session_id) == reach.timestamp_ms:
             # Everything still queued for the session was published after the delete.
             del self._covers_until[session_id]
         self._targets.pop(session_id, None)
@@ -356,8 +357,8 @@ class CancelDesk:
         return covered
 
     def _until(self, record: InputRecord) -> int:
-        """The publication time up to which a cancel read now covers its session's commands:
-        its record timestamp, but never later than now."""
+        """The publication time up to which a cancel or a delete read now covers its session's
+        commands: its record timestamp, but never later than now."""
         return min(record.timestamp_ms, int(time.time() * 1000))
 
     def _applied(self, session_id: str, command_id: str) -> bool:

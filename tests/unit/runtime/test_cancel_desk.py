@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 import orjson
+import pytest
 
 from service.agent.definition import AgentDefinition
 from service.agent.state import Inflight, PendingBatch, SessionState
@@ -673,3 +674,25 @@ async def test_a_cancel_reusing_an_answered_command_id_is_a_repeat_with_no_resul
     assert t.ran == ["early"]
     assert t.answered() == []
     assert [outcome.finished for outcome in t.outcomes] == [[Origin(TOPICS.control, 0, 0)]]
+
+
+async def test_a_future_dated_delete_leaves_a_cancel_read_after_it_its_cover(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Read with a record timestamp an hour ahead, the delete covered until then; the end of its
+    turn took that cover away, and with it the cover of a cancel read after it."""
+    clock = [1_000_000.0]
+    monkeypatch.setattr(time, "time", lambda: clock[0])
+    now = int(clock[0] * 1000)
+    t = _Desk(_applied_store("earlier"))
+    erase = ParsedCommand(type="delete", command_id="d", session_id="s", agent=None, input=None)
+    delete = CommandWork(_record(TOPICS.commands, 9, now + 50 * 60_000), "s", erase)
+    t.desk.deleting(delete, erase)
+    clock[0] += 1.0
+    cancel = t.desk.read(*_cancel(4, ts=now + 1_000))
+    await t.run(delete)
+    await t.run(_command("between", 10, ts=now + 500))  # published before the cancel
+    await t.run(cancel)
+    await t.run(_command("after", 11, ts=now + 2_000))
+    assert t.ran == ["after"]
+    assert ("between", "cancelled") in t.answered()
