@@ -5,6 +5,10 @@ and the input offsets handed to a commit are past every record of it this owner 
 the newest command it answered (its ids go with it: a record of it read again after a fault
 would run again); the deletion (its tombstones) and its ``session_expired`` event go through the
 partition's committer like any other write, so they are committed together or not at all.
+Time the broker was out of reach does not count as idle: once the partition's fetches went
+unanswered for longer than ``OUTAGE_MS`` (the broker away or restarting), nothing expires until a
+whole ttl after they are answered again, so a command a client's producer held meanwhile reaches
+its session before the session can be deleted under it.
 """
 
 from __future__ import annotations
@@ -14,9 +18,12 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
+from aiokafka import TopicPartition
+
 from service.observability.metrics import Metrics
 from service.runtime.records import event_record
 from service.runtime.session_queue import SessionQueues
+from service.runtime.transport import InputSource
 from service.runtime.work import Outcome
 from service.sessions.store import StoredSession
 from service.sessions.writer import SessionWriter
@@ -25,6 +32,36 @@ logger = logging.getLogger(__name__)
 
 _BATCH = 500
 """Idle sessions looked at per round."""
+OUTAGE_MS = 3_000
+"""Fetches unanswered this long (an idle partition's are answered every 0.5 s) mean the broker
+was out of reach."""
+_SAMPLE_S = 0.25
+"""How often the fetch answers are looked at between rounds."""
+
+
+class Reachability:
+    """When the broker last came back for this owner's input partitions: the end of the newest
+    stretch in which ``fetched`` (the newest fetch answer, epoch ms) lagged the wall clock by more
+    than ``OUTAGE_MS``, or went without any answer since the owner started."""
+
+    def __init__(self, fetched: Callable[[], int | None]) -> None:
+        self._fetched = fetched
+        self._since_ms = int(time.time() * 1000)
+        self._away = False
+        self.back_ms = 0
+
+    def sample(self) -> bool:
+        """Whether fetches are answered now; notes the end of an outage."""
+        now_ms = int(time.time() * 1000)
+        heard_ms = self._fetched()
+        # Before the first answer, the lag counts from the owner's start.
+        lag_ms = now_ms - (heard_ms if heard_ms is not None else self._since_ms)
+        if lag_ms > OUTAGE_MS:
+            self._away = True
+        elif heard_ms is not None and self._away:
+            self._away = False
+            self.back_ms = now_ms
+        return heard_ms is not None and not self._away
 
 
 async def expire_idle(
@@ -40,22 +77,32 @@ async def expire_idle(
     passed: Callable[[str, int], bool],
     commands_topic: str,
     forgetting: Callable[[str, Iterable[str]], None],
+    fetched: Callable[[], int | None],
 ) -> None:
     """Delete, now and then, the sessions written to last more than ``ttl_s`` ago, each with
     a ``session_expired`` event; a session with work queued or a write not yet committed
     is left for the next round, and so is one with a record the input offsets have not
     ``passed`` yet (by topic and offset). Returns once ``stopping()`` is true; ``forgetting``
-    learns each deleted session's command ids.
+    learns each deleted session's command ids. ``fetched`` gives the time (epoch ms) the broker
+    last answered a fetch of every input partition of this owner, ``None`` before each did: no
+    round runs while it lags (see :class:`Reachability`), nor within ``ttl_s`` of its recovery.
 
     A session another partition owns (``owns`` says no: a stray copy written on the wrong
     partition before records off their key's partition were refused) is deleted without an
     event: the session itself lives on, on its own partition."""
     store = writer.store
     interval = min(max(ttl_s / 4, 0.5), 60.0)
+    reach = Reachability(fetched)
+    ttl_ms = int(ttl_s * 1000)
     while not stopping():
-        await asyncio.sleep(interval)
+        answered = False
+        for _ in range(max(1, round(interval / _SAMPLE_S))):
+            await asyncio.sleep(min(interval, _SAMPLE_S))
+            answered = reach.sample()
         now_ms = int(time.time() * 1000)
-        for session_id, written_ms in store.idle(now_ms - int(ttl_s * 1000), _BATCH):
+        if not answered or now_ms - reach.back_ms < ttl_ms:
+            continue
+        for session_id, written_ms in store.idle(now_ms - ttl_ms, _BATCH):
             if stopping() or queues.busy(session_id):
                 continue
             stored = store.get(session_id)
@@ -114,3 +161,21 @@ def _passed(
     if through is not None:
         newest[commands_topic] = max(newest.get(commands_topic, -1), through[0])
     return all(passed(topic, offset) for topic, offset in newest.items())
+
+
+def fetched_since(
+    inputs: InputSource, partitions: Iterable[TopicPartition]
+) -> Callable[[], int | None]:
+    """``fetched`` for :func:`expire_idle`: the newest time every one of ``partitions`` was
+    answered by a fetch, counting only answers from now on (a stamp from before, of an earlier
+    owner's position, says nothing of the records this owner has still to read)."""
+    started_ms = int(time.time() * 1000)
+    partitions = list(partitions)
+
+    def fetched() -> int | None:
+        stamps = [inputs.fetched_at(tp) for tp in partitions]
+        if not stamps or any(stamp is None or stamp < started_ms for stamp in stamps):
+            return None
+        return min(stamp for stamp in stamps if stamp is not None)
+
+    return fetched

@@ -83,6 +83,13 @@ class KafkaInput:
     def assignment(self) -> set[TopicPartition]:
         return set(self.consumer.assignment())
 
+    def fetched_at(self, tp: TopicPartition) -> int | None:
+        if tp not in self.consumer.assignment():
+            return None
+        # aiokafka stamps a partition with the time of each fetch response that carried it.
+        stamp = self.consumer.last_poll_timestamp(tp)
+        return int(stamp) if stamp is not None else None
+
     def paused(self) -> set[TopicPartition]:
         return set(self.consumer.paused())
 

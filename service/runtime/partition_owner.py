@@ -38,7 +38,7 @@ from service.runtime.committer import CommitObserver, Committer
 from service.runtime.control import ControlHandler
 from service.runtime.faults import FaultPoints
 from service.runtime.forks import SessionVersions
-from service.runtime.idle_expiry import expire_idle
+from service.runtime.idle_expiry import expire_idle, fetched_since
 from service.runtime.invoker import Invoker
 from service.runtime.left_open import (
     Held,
@@ -386,6 +386,7 @@ class PartitionOwner:
                         passed=committer.passed,
                         commands_topic=self._topics.commands,
                         forgetting=cancels.forgetting,
+                        fetched=fetched_since(self._ctx.inputs, inputs),
                     )
                 )
             self._restored = True

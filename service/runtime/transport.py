@@ -130,6 +130,11 @@ class InputSource(Protocol):
 
     def assignment(self) -> set[TopicPartition]: ...
 
+    def fetched_at(self, tp: TopicPartition) -> int | None:
+        """When the broker last answered a fetch of ``tp`` (epoch ms), ``None`` before its first
+        answer or when ``tp`` is not assigned; no I/O. It stands still while the broker is out
+        of reach or the partition is paused."""
+
     def paused(self) -> set[TopicPartition]: ...
 
     def pause(self, *partitions: TopicPartition) -> None: ...

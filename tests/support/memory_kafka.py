@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import time
 import zlib
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -105,6 +106,7 @@ NO_FAILURE: dict[str, str] = {
     "GroupOffsets.close": "called by the runtime as it ends, errors suppressed",
     "Transport.producer": "makes a producer object, no I/O",
     "GroupMember.membership": "reads the member's own state, no I/O",
+    "InputSource.fetched_at": "reads the member's own state, no I/O",
 }
 """Protocol calls with no failure to inject, and why."""
 
@@ -544,11 +546,14 @@ class MemoryInput:
         self._paused: set[TopicPartition] = set()
         self.fetches = 0
         self.fetched_while_paused = 0
+        self.answered_ms: dict[TopicPartition, int] = {}
+        """When a fetch last answered each partition (epoch ms), as aiokafka stamps it."""
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """What a rebalance gives this member."""
         self._assigned = set(partitions)
         self._paused &= self._assigned
+        self.answered_ms.clear()  # a new assignment starts unstamped, as aiokafka's does
         for tp in self._assigned:
             committed = self.kafka.committed.get(tp)
             self.positions[tp] = committed[0] if committed else 0
@@ -558,6 +563,9 @@ class MemoryInput:
     ) -> dict[TopicPartition, list[InputRecord]]:
         await self.kafka.enter("input", "input.fetch")
         self.fetches += 1
+        now_ms = int(time.time() * 1000)
+        for tp in self._assigned - self._paused:
+            self.answered_ms[tp] = now_ms
         if self._paused:
             self.fetched_while_paused += 1
         batches = self._take(max_records)
@@ -591,6 +599,9 @@ class MemoryInput:
     def assignment(self) -> set[TopicPartition]:
         self.kafka.enter_now("input", "input.assignment")
         return set(self._assigned)
+
+    def fetched_at(self, tp: TopicPartition) -> int | None:
+        return self.answered_ms.get(tp) if tp in self._assigned else None
 
     def paused(self) -> set[TopicPartition]:
         self.kafka.enter_now("input", "input.paused")

@@ -3,6 +3,8 @@ a session another partition owns is deleted without one."""
 
 from __future__ import annotations
 
+import time
+
 import orjson
 
 from service.agent.state import SessionState
@@ -17,6 +19,11 @@ EVENTS = "t.events"
 
 COMMANDS = "t.commands"
 CONTROL = "t.control"
+
+
+def _now_ms() -> int:
+    """A broker that answers every fetch: idle time runs with the wall clock."""
+    return int(time.time() * 1000)
 
 
 class _Idle:
@@ -61,6 +68,7 @@ async def test_a_stray_copy_and_a_state_of_ids_only_are_deleted_without_an_event
         passed=lambda topic, offset: True,
         commands_topic=COMMANDS,
         forgetting=lambda session_id, ids: None,
+        fetched=_now_ms,
     )
     by_session = {outcome.state.session_id: outcome for outcome in submitted if outcome.state}
     assert set(by_session) == {"mine", "stray", "ids"}
@@ -112,8 +120,58 @@ async def test_a_session_expires_only_once_the_offsets_are_past_its_records() ->
         passed=lambda topic, offset: committed[topic] > offset,
         commands_topic=COMMANDS,
         forgetting=lambda session_id, ids: forgotten.append((session_id, list(ids))),
+        fetched=_now_ms,
     )
     assert rounds >= 5
     [outcome] = submitted
     assert outcome.state is not None and outcome.state.session_id == "s"
     assert forgotten == [("s", ["c1", "c2"])], "its ids are remembered for cancels read later"
+
+
+async def test_nothing_expires_while_fetches_go_unanswered_nor_for_a_ttl_after() -> None:
+    """While the broker answers no fetch (away, restarting), a command a client published for
+    the session may be held in its producer: it must reach the session before it can expire."""
+    first = writer_for()
+    said = [{"role": "user", "content": [{"text": "hi"}]}]
+    written = [
+        Outcome(
+            state=first.write(
+                SessionState(session_id="s1", messages=list(said)), 3, Delivery(applied=("c1",))
+            )
+        )
+    ]
+    store = restored(written)  # last written at time 0: idle for ages by the wall clock
+    submitted: list[tuple[float, Outcome]] = []
+    stale = 8  # fetches of the first samples lag: the newest answer is from long ago
+    back: list[float] = []
+
+    def fetched() -> int | None:
+        nonlocal stale
+        if stale:
+            stale -= 1
+            return 1_000
+        if not back:
+            back.append(time.time())
+        return _now_ms()
+
+    def stopping() -> bool:
+        if stale:
+            assert not submitted, "expired while no fetch was answered"
+        return bool(submitted)
+
+    await expire_idle(
+        1.0,
+        writer_for(store),
+        lambda outcome: submitted.append((time.time(), outcome)),
+        _Idle(),  # type: ignore[arg-type]
+        stopping,
+        EVENTS,
+        Metrics(),
+        passed=lambda topic, offset: True,
+        commands_topic=COMMANDS,
+        forgetting=lambda session_id, ids: None,
+        fetched=fetched,
+    )
+    [(at, outcome)] = submitted
+    assert outcome.state is not None and outcome.state.session_id == "s1"
+    assert at - back[0] >= 1.0, "expired within a ttl of the broker's return"

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 from aiokafka.errors import KafkaConnectionError, ProducerFenced
-from aiokafka.structs import OffsetAndMetadata
+from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
 from service.runtime import idle_expiry, partition_owner
 from service.runtime.partition_owner import OwnerExit
@@ -610,6 +610,55 @@ async def test_a_targeted_cancel_read_after_its_sessions_expiry_leaves_an_answer
         await until(lambda: answered(kafka)["k1"] == 1, "the cancel")
         assert await instance.stop(owner, task) is OwnerExit.STOPPED
     assert answered(kafka) == Counter({"c1": 1, "k1": 1}), "c1 was answered a second time"
+
+
+async def test_a_session_grows_no_idler_while_no_fetch_is_answered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker away past the idle ttl: a command a client published for the session meanwhile
+    (held in its producer until the broker is back) still finds the session, not a fresh one."""
+    rounds = 0
+    idle = SessionStore.idle
+
+    def counted(store: SessionStore, before_ms: int, limit: int) -> list[tuple[str, int]]:
+        nonlocal rounds
+        rounds += 1
+        return idle(store, before_ms, limit)
+
+    monkeypatch.setattr(SessionStore, "idle", counted)
+    kafka = MemoryKafka()
+    put(kafka, command(1))
+    async with Instance(kafka, tmp_path) as instance:
+        sessions = instance.settings.sessions.model_copy(update={"idle_ttl_s": 2.0})
+        instance.ctx.settings = instance.settings.model_copy(update={"sessions": sessions})
+        stamped = instance.input.fetched_at
+        asked = 0
+
+        def fetched_at(tp: TopicPartition) -> int | None:
+            nonlocal asked
+            asked += 1
+            return stamped(tp)
+
+        monkeypatch.setattr(instance.input, "fetched_at", fetched_at)
+        owner, task = instance.owner()
+        await until(lambda: answered(kafka)["c1"] == 1, "c1")
+        away = kafka.hang("input.fetch")  # the broker goes away: no fetch is answered
+        try:
+            # Six rounds of the expiry (3 s, past the 2 s ttl), counted however a round begins.
+            await until(lambda: rounds >= 6 or asked >= 12, "six rounds of the expiry", 30)
+            expired_meanwhile = expired(kafka)
+            put(kafka, {**command(3), "session_id": "s1"})  # published while the broker was away
+        finally:
+            away.set()  # the broker is back (and the instance can stop)
+        assert not expired_meanwhile, "s1 expired while no fetch was answered"
+        await until(lambda: answered(kafka)["c3"] == 1, "c3")
+        assert await instance.stop(owner, task) is OwnerExit.STOPPED
+    versions = {
+        body["command_id"]: body["version"]
+        for value in kafka.visible(TOPICS.results)
+        if value is not None and (body := orjson.loads(value))
+    }
+    assert versions["c3"] > versions["c1"], "c3 ran on a fresh session"
 
 
 def expired(kafka: MemoryKafka) -> list[str]:
