@@ -1,10 +1,12 @@
 """Mapping between Cairn's messages and Bedrock ConverseStream, both directions.
 
 Guarantee: Cairn's messages already are Converse messages, so blocks go out as they are except
-that empty text is dropped, binary payloads become bytes and a toolUse gets a valid name and an
-object input (:func:`.content.sent_tool_use`); streamed events are folded into one assistant
-message in block order, tool input joined and parsed once its block is complete, and a text
-block that carries citations kept as a ``citationsContent`` block (as Strands keeps it).
+that empty text is dropped, binary payloads become bytes, a toolUse gets a valid name and an
+object input (:func:`.content.sent_tool_use`), a toolResult without content gets one empty text
+and its ``status`` goes only to the models that take it (:func:`sends_tool_result_status`).
+Streamed events are folded into one assistant message in block order, tool input joined and
+parsed once its block is complete, and a text block that carries citations kept as a
+``citationsContent`` block (as Strands keeps it).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ parts; the wording depends on the model family)."""
 
 CACHE_POINT: dict[str, Any] = {"cachePoint": {"type": "default"}}
 
+_STATUS_MODELS = ("anthropic.claude",)
+EMPTY_TEXT: dict[str, Any] = {"text": ""}
 _PASSED_BLOCKS = frozenset({"cachePoint", "guardContent", "citationsContent"})
 _BINARY_BLOCKS = ("image", "document", "video")
 
@@ -68,11 +72,25 @@ def to_bedrock_system(prompt: str, *, cache: bool) -> list[dict[str, Any]]:
     return [{"text": prompt}, CACHE_POINT] if cache else [{"text": prompt}]
 
 
-def to_bedrock_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+def sends_tool_result_status(model_id: str) -> bool:
+    """Whether a toolResult's ``status`` goes to this model: Converse takes it from Anthropic's
+    Claude models, and other models may refuse a request that has it. The rule is Strands'
+    BedrockModel default (``include_tool_result_status="auto"``)."""
+    return any(name in model_id for name in _STATUS_MODELS)
+
+
+def to_bedrock_messages(
+    messages: Sequence[Message], *, tool_result_status: bool = True
+) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for message in messages:
         role = "assistant" if message.get("role") == "assistant" else "user"
-        blocks = [b for b in map(_block, message.get("content", [])) if b is not None]
+        blocks = []
+        for block in message.get("content", []):
+            if "toolResult" in block:
+                blocks.append({"toolResult": _tool_result(block["toolResult"], tool_result_status)})
+            elif (converted := _block(block)) is not None:
+                blocks.append(converted)
         if blocks:
             out.append({"role": role, "content": blocks})
     return out
@@ -81,8 +99,6 @@ def to_bedrock_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
 def _block(block: dict[str, Any]) -> dict[str, Any] | None:
     if "text" in block:
         return {"text": block["text"]} if block["text"] else None
-    if "toolResult" in block:
-        return {"toolResult": _tool_result(block["toolResult"])}
     if "toolUse" in block:
         tool_use_id, name, tool_input = sent_tool_use(block["toolUse"])
         return {"toolUse": {"toolUseId": tool_use_id, "name": name, "input": tool_input}}
@@ -96,14 +112,15 @@ def _block(block: dict[str, Any]) -> dict[str, Any] | None:
     raise ModelError(f"content block {sorted(block)} is not supported by bedrock")
 
 
-def _tool_result(result: dict[str, Any]) -> dict[str, Any]:
+def _tool_result(result: dict[str, Any], status: bool) -> dict[str, Any]:
     content: list[dict[str, Any]] = []
     for item in result.get("content", []):
         converted = {"json": item["json"]} if "json" in item else _block(item)
         if converted is not None:
             content.append(converted)
-    out: dict[str, Any] = {"toolUseId": result["toolUseId"], "content": content}
-    if result.get("status") in ("success", "error"):
+    # Some models refuse a result without content (Strands sends one empty text instead too).
+    out: dict[str, Any] = {"toolUseId": result["toolUseId"], "content": content or [EMPTY_TEXT]}
+    if status and result.get("status") in ("success", "error"):
         out["status"] = result["status"]
     return out
 

@@ -588,3 +588,43 @@ def test_one_provider_serves_two_event_loops() -> None:
     first = asyncio.run(one_call(close=False))
     second = asyncio.run(one_call(close=True))
     assert first.message == second.message == {"role": "assistant", "content": [{"text": "ok"}]}
+
+
+RESULTS_HISTORY: list[dict[str, Any]] = [
+    {"role": "user", "content": [{"text": "Weather?"}]},
+    {
+        "role": "assistant",
+        "content": [
+            {"toolUse": {"toolUseId": "t1", "name": "get_weather", "input": {"city": "Oslo"}}},
+            {"toolUse": {"toolUseId": "t2", "name": "get_weather", "input": {"city": "Rome"}}},
+        ],
+    },
+    {
+        "role": "user",
+        "content": [
+            {"toolResult": {"toolUseId": "t1", "status": "error", "content": [{"text": "down"}]}},
+            {"toolResult": {"toolUseId": "t2", "status": "success", "content": []}},
+        ],
+    },
+]
+
+
+@pytest.mark.parametrize(
+    ("model_id", "status"),
+    [
+        ("anthropic.claude-3-5-haiku-20241022-v1:0", True),
+        ("us.anthropic.claude-sonnet-4-20250514-v1:0", True),
+        ("amazon.nova-lite-v1:0", False),
+        ("meta.llama3-1-70b-instruct-v1:0", False),
+    ],
+)
+def test_tool_results_go_as_strands_sends_them(model_id: str, status: bool) -> None:
+    """A result's status only to Claude models (others may refuse the request), and a result
+    without content with one empty text (some models refuse an empty list), as under Strands."""
+    prov = BedrockProvider(BedrockConfig(model_id=model_id, region="us-east-1"))
+    params = prov.request_params(make_request(messages=RESULTS_HISTORY))
+    failed = {"toolUseId": "t1", "content": [{"text": "down"}]}
+    empty = {"toolUseId": "t2", "content": [{"text": ""}]}
+    if status:
+        failed["status"], empty["status"] = "error", "success"
+    assert params["messages"][2]["content"] == [{"toolResult": failed}, {"toolResult": empty}]
