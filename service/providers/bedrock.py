@@ -16,7 +16,6 @@ from service.agent.provider import ModelRequest
 from service.providers.bedrock_mapping import (
     OVERFLOW_MESSAGES,
     BedrockReplyBuilder,
-    sends_tool_result_status,
     to_bedrock_messages,
     to_bedrock_system,
     to_bedrock_tools,
@@ -126,9 +125,7 @@ class BedrockProvider(SdkStreamingProvider):
         cfg = self.config
         params: dict[str, Any] = {
             "modelId": cfg.model_id,
-            "messages": to_bedrock_messages(
-                request.messages, tool_result_status=sends_tool_result_status(cfg.model_id)
-            ),
+            "messages": to_bedrock_messages(request.messages, model_id=cfg.model_id),
         }
         if request.system_prompt:
             params["system"] = to_bedrock_system(

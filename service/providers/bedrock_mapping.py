@@ -3,7 +3,8 @@
 Guarantee: Cairn's messages already are Converse messages, so blocks go out as they are except
 that empty text is dropped, binary payloads become bytes, a toolUse gets a valid name and an
 object input (:func:`.content.sent_tool_use`), a toolResult without content gets one empty text
-and its ``status`` goes only to the models that take it (:func:`sends_tool_result_status`).
+and its ``status`` goes only to the models that take it (:func:`sends_tool_result_status`), and
+reasoning the model would refuse is left out (:func:`refuses_reasoning`).
 Streamed events are folded into one assistant message in block order, tool input joined and
 parsed once its block is complete, and a text block that carries citations kept as a
 ``citationsContent`` block (as Strands keeps it).
@@ -47,6 +48,18 @@ parts; the wording depends on the model family)."""
 CACHE_POINT: dict[str, Any] = {"cachePoint": {"type": "default"}}
 
 _STATUS_MODELS = ("anthropic.claude",)
+_NO_REASONING_TEXT_MODELS = (
+    "amazon.nova-lite",
+    "amazon.nova-pro",
+    "google.gemma",
+    "meta.llama",
+    "mistral.devstral",
+    "mistral.ministral",
+    "mistral.mistral-large",
+    "nvidia.nemotron-nano-9b",
+)
+"""Models that refuse reasoning text in a request's history ("User messages cannot contain
+reasoning content"), as Strands lists them."""
 EMPTY_TEXT: dict[str, Any] = {"text": ""}
 _PASSED_BLOCKS = frozenset({"cachePoint", "guardContent", "citationsContent"})
 _BINARY_BLOCKS = ("image", "document", "video")
@@ -79,16 +92,44 @@ def sends_tool_result_status(model_id: str) -> bool:
     return any(name in model_id for name in _STATUS_MODELS)
 
 
+def refuses_reasoning(model_id: str, reasoning: dict[str, Any]) -> bool:
+    """Whether this model refuses a request whose history holds this reasoning block, so that it
+    is left out (Strands' BedrockModel leaves out the same): a signature is Anthropic's, which
+    refuses reasoning text without one and the others with one; some models refuse reasoning
+    text altogether, DeepSeek any reasoning. A model id naming no vendor keeps everything."""
+    model = model_id.lower()
+    if "deepseek" in model:
+        return True
+    if "reasoningText" not in reasoning:
+        return False
+    signed = bool((reasoning.get("reasoningText") or {}).get("signature"))
+    if "anthropic" in model or "claude" in model:
+        return not signed
+    if model.startswith("arn:") or "." not in model:
+        return False
+    if any(name in model for name in _NO_REASONING_TEXT_MODELS):
+        return True
+    return signed
+
+
 def to_bedrock_messages(
-    messages: Sequence[Message], *, tool_result_status: bool = True
+    messages: Sequence[Message], *, model_id: str | None = None
 ) -> list[dict[str, Any]]:
+    """Converse messages for ``model_id``; None for none of the per-model rules."""
+    status = model_id is None or sends_tool_result_status(model_id)
     out: list[dict[str, Any]] = []
     for message in messages:
         role = "assistant" if message.get("role") == "assistant" else "user"
         blocks = []
         for block in message.get("content", []):
             if "toolResult" in block:
-                blocks.append({"toolResult": _tool_result(block["toolResult"], tool_result_status)})
+                blocks.append({"toolResult": _tool_result(block["toolResult"], status)})
+            elif (
+                model_id is not None
+                and "reasoningContent" in block
+                and refuses_reasoning(model_id, block["reasoningContent"])
+            ):
+                continue
             elif (converted := _block(block)) is not None:
                 blocks.append(converted)
         if blocks:

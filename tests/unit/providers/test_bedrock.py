@@ -628,3 +628,38 @@ def test_tool_results_go_as_strands_sends_them(model_id: str, status: bool) -> N
     if status:
         failed["status"], empty["status"] = "error", "success"
     assert params["messages"][2]["content"] == [{"toolResult": failed}, {"toolResult": empty}]
+
+
+SIGNED = {"reasoningContent": {"reasoningText": {"text": "plan", "signature": "sig"}}}
+UNSIGNED = {"reasoningContent": {"reasoningText": {"text": "plan"}}}
+REDACTED = {"reasoningContent": {"redactedContent": base64.b64encode(b"opaque").decode()}}
+
+
+@pytest.mark.parametrize(
+    ("model_id", "kept"),
+    [
+        ("anthropic.claude-3-7-sonnet-20250219-v1:0", ["signed", "redacted"]),
+        ("us.deepseek.r1-v1:0", []),
+        ("amazon.nova-pro-v1:0", ["redacted"]),
+        ("openai.gpt-oss-120b-1:0", ["unsigned", "redacted"]),
+        ("arn:aws:bedrock:us-east-1:1:inference-profile/x", ["signed", "unsigned", "redacted"]),
+    ],
+)
+def test_reasoning_the_model_refuses_is_left_out(model_id: str, kept: list[str]) -> None:
+    """As Strands' BedrockModel does: such a block in the history makes Converse refuse the
+    request, so a tool loop with that model would fail at its second call."""
+    blocks = {"signed": SIGNED, "unsigned": UNSIGNED, "redacted": REDACTED}
+    history = [
+        {"role": "user", "content": [{"text": "Weather?"}]},
+        {"role": "assistant", "content": [*blocks.values(), {"text": "Sunny."}]},
+        {"role": "user", "content": [{"text": "Thanks"}]},
+    ]
+    prov = BedrockProvider(BedrockConfig(model_id=model_id, region="us-east-1"))
+    sent = prov.request_params(make_request(messages=history))["messages"][1]["content"]
+    expected = [{"text": "Sunny."}]
+    for name in reversed(kept):
+        block = blocks[name]["reasoningContent"]
+        if name == "redacted":
+            block = {"redactedContent": b"opaque"}
+        expected.insert(0, {"reasoningContent": block})
+    assert sent == expected
