@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from service.agent.definition import AgentDefinition
 from service.agent.errors import (
     CheckpointingDisabledError,
@@ -28,6 +26,7 @@ from service.agent.invocation import Invocation, plan
 from service.agent.state import SessionState
 from service.runtime.work import CommandWork, OutRecord
 from service.sessions.store import StoredSession
+from service.wire.codec import json_object
 from service.wire.dlq import DLQ_HEADERS_DROPPED, DLQ_TRUNCATED_FROM, split_dlq_headers
 from service.wire.errors import ErrorCode, WireError
 
@@ -87,7 +86,7 @@ def classify_refusal(
     error = work.error
     if error is None or error.code != "checkpoint_incompatible":
         return error
-    raw = _raw(work.record.value)
+    raw = json_object(work.record.value)
     if raw is None or error.command_id is None:
         return error
     state = stored.state if stored is not None else SessionState(session_id=work.session_id)
@@ -119,16 +118,6 @@ def classify_refusal(
     except EngineError:
         pass
     return error
-
-
-def _raw(value: bytes | None) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    try:
-        raw = orjson.loads(value)
-    except orjson.JSONDecodeError:
-        return None
-    return raw if isinstance(raw, dict) else None
 
 
 def _payload(raw: dict[str, Any]) -> Any:

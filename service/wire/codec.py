@@ -307,19 +307,26 @@ def _refuse_wrapped_checkpoint(raw: dict[str, Any], field: str) -> None:
         )
 
 
-def refused_metadata(value: bytes | None) -> dict[str, Any] | None:
-    """The ``metadata`` that the ``error`` result of a commands-topic record refused before it
-    became a command echoes (a field, its key or its partition was wrong): its ``metadata``
-    object, so a client correlates a refusal as it does any result. None when the value does not
-    read as JSON or its ``metadata`` is no object, or nests past the limit. Runs only on a
-    refusal, so the second parse costs nothing else."""
+def json_object(value: bytes | None) -> dict[str, Any] | None:
+    """A refused record's value as a JSON object, for what its refusal can still tell from it;
+    None when it is absent, not JSON or not an object."""
     if value is None:
         return None
     try:
         raw = orjson.loads(value)
     except orjson.JSONDecodeError:
         return None
-    metadata = raw.get("metadata") if isinstance(raw, dict) else None
+    return raw if isinstance(raw, dict) else None
+
+
+def refused_metadata(value: bytes | None) -> dict[str, Any] | None:
+    """The ``metadata`` that the ``error`` result of a commands-topic record refused before it
+    became a command echoes (a field, its key or its partition was wrong): its ``metadata``
+    object, so a client correlates a refusal as it does any result. None when the value does not
+    read as JSON or its ``metadata`` is no object, or nests past the limit. Runs only on a
+    refusal, so the second parse costs nothing else."""
+    raw = json_object(value)
+    metadata = raw.get("metadata") if raw is not None else None
     # A result holds it one level down: no deeper than a command may nest.
     if not isinstance(metadata, dict) or _too_deep(metadata, MAX_DEPTH - 1):
         return None
