@@ -14,6 +14,7 @@ request (marking the coordinator for a new lookup, as its own heartbeat would).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 
@@ -23,6 +24,8 @@ from aiokafka.protocol.group import HeartbeatRequest
 
 from service.runtime.kafka_transport import FENCED_BY_GROUP
 from service.runtime.txn_offset_commit import Membership
+
+logger = logging.getLogger(__name__)
 
 
 class KafkaGroupMember:
@@ -141,7 +144,15 @@ class MembershipWatch:
         while True:
             await self._reached.wait()
             generation = self._expired
-            current = await ask()
+            try:
+                current = await ask()
+            except Exception:  # a failed probe must not end the instance
+                logger.warning(
+                    "generation=<%s> | membership heartbeat failed: asked again",
+                    generation,
+                    exc_info=True,
+                )
+                current = None
             if current and generation is not None and generation == self._expired:
                 self._expired = None
                 self._reached.clear()

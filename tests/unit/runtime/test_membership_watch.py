@@ -92,6 +92,34 @@ async def test_a_generation_judged_expired_is_current_again_once_a_heartbeat_ans
         proving.cancel()
 
 
+async def test_a_heartbeat_that_raises_is_asked_again_without_ending_the_watch() -> None:
+    consumer, now = _consumer(), [100.0]
+    watch = _watch(consumer, now)
+    consumer._coordinator.coordinator_id = None
+    assert watch.lost() is None
+    now[0] = 107.0
+    assert watch.lost() is not None
+    consumer._coordinator.coordinator_id = 1
+    assert "reachable again" in str(watch.lost())
+    answers: list[BaseException | bool] = [RuntimeError("a bug in the probe"), True]
+
+    async def ask() -> bool | None:
+        answer = answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    proving = asyncio.create_task(watch.run(ask, retry_s=0.0))
+    try:
+        async with asyncio.timeout(10):
+            while watch.lost() is not None:
+                assert not proving.done(), proving
+                await asyncio.sleep(0)
+        assert answers == []
+    finally:
+        proving.cancel()
+
+
 def test_no_generation_is_no_membership() -> None:
     consumer, now = _consumer(), [0.0]
     watch = _watch(consumer, now)
