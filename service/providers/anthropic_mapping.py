@@ -1,8 +1,10 @@
 """Mapping between Converse-shaped messages and Anthropic Messages, both directions.
 
 Guarantee: toolUse/toolResult become tool_use/tool_result blocks with the same ids (results first
-in their user message, as the API requires); streamed events are folded into one assistant
-message in block order, with input_json deltas joined and parsed once the block is complete.
+in their user message, as the API requires), and a ``citationsContent`` block goes as its text
+(as Strands sends it); streamed events are folded into one assistant message in block order,
+with input_json deltas joined and parsed once the block is complete, and a text block that
+carries citations kept as a ``citationsContent`` block (as Strands keeps it).
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from typing import Any
 from service.agent.errors import ModelError
 from service.agent.provider import ToolSpec
 from service.agent.types import Message, StopReason, Usage
+from service.providers.anthropic_citations import converse_citation
 from service.providers.block_reply import BlockReplyBuilder, ToolCalls
 from service.providers.content import (
+    cited_text,
     image_media_type,
     kept_tool_input,
     parse_tool_input,
@@ -113,9 +117,9 @@ def _user_blocks(message: Message) -> list[dict[str, Any]]:
     for block in message.get("content", []):
         if "toolResult" in block:
             results.append(_tool_result(block["toolResult"]))
-        elif "text" in block:
-            if block["text"]:
-                others.append({"type": "text", "text": block["text"]})
+        elif "text" in block or "citationsContent" in block:
+            if (text := _text_block(block)) is not None:
+                others.append(text)
         elif "image" in block:
             others.append(_image(block["image"]))
         elif "document" in block:
@@ -128,9 +132,9 @@ def _user_blocks(message: Message) -> list[dict[str, Any]]:
 def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for block in message.get("content", []):
-        if "text" in block:
-            if block["text"]:
-                out.append({"type": "text", "text": block["text"]})
+        if "text" in block or "citationsContent" in block:
+            if (text := _text_block(block)) is not None:
+                out.append(text)
         elif "toolUse" in block:
             tool_use_id, name, tool_input = sent_tool_use(block["toolUse"])
             out.append({"type": "tool_use", "id": tool_use_id, "name": name, "input": tool_input})
@@ -139,6 +143,13 @@ def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
             if thinking is not None:
                 out.append(thinking)
     return out
+
+
+def _text_block(block: dict[str, Any]) -> dict[str, Any] | None:
+    """A text block; cited text goes without its citations, as Strands sends it (Converse
+    citations are not Anthropic's). The API refuses empty text, so there is none."""
+    text = block["text"] if "text" in block else cited_text(block["citationsContent"])
+    return {"type": "text", "text": text} if text else None
 
 
 def _thinking_block(reasoning: dict[str, Any]) -> dict[str, Any] | None:
@@ -264,7 +275,13 @@ class AnthropicReplyBuilder(BlockReplyBuilder):
     def _convert(self, block: StreamedBlock, *, tools: ToolCalls) -> dict[str, Any] | None:
         text = "".join(block.parts)
         if block.kind == "text":
-            return {"text": text} if text else None
+            if not text:
+                return None
+            if block.citations:
+                # Kept in Converse form, as Strands' stream keeps them (and Bedrock's replies).
+                citations = [converse_citation(raw) for raw in block.citations]
+                return {"citationsContent": {"citations": citations, "content": [{"text": text}]}}
+            return {"text": text}
         if block.kind == "tool_use":
             tool_input = (
                 parse_tool_input(text, block.tool_name) if tools == "run" else kept_tool_input(text)

@@ -56,6 +56,15 @@ def result_text(item: dict[str, Any]) -> str | None:
     return None
 
 
+def cited_text(cited: Any) -> str:
+    """The text of a ``citationsContent`` block's body (its generated parts joined), which is
+    what providers that take no citations back are sent, as the reference sends it."""
+    parts = cited.get("content") if isinstance(cited, dict) else None
+    if not isinstance(parts, list):
+        return ""
+    return "".join(str(part["text"]) for part in parts if isinstance(part, dict) and "text" in part)
+
+
 def sent_tool_use(use: Any) -> tuple[str, str, dict[str, Any]]:
     """``(toolUseId, name, input)`` of a history's toolUse as a provider sends it.
 
