@@ -2,9 +2,10 @@
 
 Guarantee: Cairn's messages already are Converse messages, so blocks go out as they are except
 that empty text is dropped, binary payloads become bytes, a toolUse gets a valid name and an
-object input (:func:`.content.sent_tool_use`), a toolResult without content gets one empty text
-and its ``status`` goes only to the models that take it (:func:`sends_tool_result_status`), and
-reasoning the model would refuse is left out (:func:`refuses_reasoning`).
+object input (:func:`.content.sent_tool_use`), a toolResult without content gets one empty text,
+its ``status`` goes only to the models that take it (:func:`sends_tool_result_status`) and its
+JSON goes as text to the models that misread it (:func:`sends_json_as_text`), and reasoning the
+model would refuse is left out (:func:`refuses_reasoning`).
 Streamed events are folded into one assistant message in block order, tool input joined and
 parsed once its block is complete, and a text block that carries citations kept as a
 ``citationsContent`` block (as Strands keeps it).
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,6 +50,7 @@ parts; the wording depends on the model family)."""
 CACHE_POINT: dict[str, Any] = {"cachePoint": {"type": "default"}}
 
 _STATUS_MODELS = ("anthropic.claude",)
+_JSON_AS_TEXT_MODELS = ("amazon.nova",)
 _NO_REASONING_TEXT_MODELS = (
     "amazon.nova-lite",
     "amazon.nova-pro",
@@ -92,6 +95,13 @@ def sends_tool_result_status(model_id: str) -> bool:
     return any(name in model_id for name in _STATUS_MODELS)
 
 
+def sends_json_as_text(model_id: str) -> bool:
+    """Whether a toolResult's ``json`` content goes to this model as its text: Amazon's Nova
+    models invent content when a result holds JSON blocks. The rule is Strands' BedrockModel's
+    (``amazon.nova`` anywhere in the id, so inference profiles count too)."""
+    return any(name in model_id for name in _JSON_AS_TEXT_MODELS)
+
+
 def refuses_reasoning(model_id: str, reasoning: dict[str, Any]) -> bool:
     """Whether this model refuses a request whose history holds this reasoning block, so that it
     is left out (Strands' BedrockModel leaves out the same): a signature is Anthropic's, which
@@ -117,13 +127,15 @@ def to_bedrock_messages(
 ) -> list[dict[str, Any]]:
     """Converse messages for ``model_id``; None for none of the per-model rules."""
     status = model_id is None or sends_tool_result_status(model_id)
+    json_as_text = model_id is not None and sends_json_as_text(model_id)
     out: list[dict[str, Any]] = []
     for message in messages:
         role = "assistant" if message.get("role") == "assistant" else "user"
         blocks = []
         for block in message.get("content", []):
             if "toolResult" in block:
-                blocks.append({"toolResult": _tool_result(block["toolResult"], status)})
+                result = _tool_result(block["toolResult"], status, json_as_text)
+                blocks.append({"toolResult": result})
             elif (
                 model_id is not None
                 and "reasoningContent" in block
@@ -153,10 +165,18 @@ def _block(block: dict[str, Any]) -> dict[str, Any] | None:
     raise ModelError(f"content block {sorted(block)} is not supported by bedrock")
 
 
-def _tool_result(result: dict[str, Any], status: bool) -> dict[str, Any]:
+def _tool_result(result: dict[str, Any], status: bool, json_as_text: bool) -> dict[str, Any]:
     content: list[dict[str, Any]] = []
     for item in result.get("content", []):
-        converted = {"json": item["json"]} if "json" in item else _block(item)
+        if "json" in item:
+            # The text is Python's default JSON text, as Strands writes it (ASCII, with spaces),
+            # so the model reads the same result under either.
+            value = item["json"]
+            converted: dict[str, Any] | None = (
+                {"text": json.dumps(value)} if json_as_text else {"json": value}
+            )
+        else:
+            converted = _block(item)
         if converted is not None:
             content.append(converted)
     # Some models refuse a result without content (Strands sends one empty text instead too).
