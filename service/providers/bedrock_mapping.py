@@ -60,6 +60,13 @@ _NO_REASONING_TEXT_MODELS = (
     "mistral.ministral",
     "mistral.mistral-large",
     "nvidia.nemotron-nano-9b",
+    "nvidia.nemotron-super",
+    "openai.gpt-5",
+    "openai.gpt-6",
+    "qwen.qwen3-235b",
+    "qwen.qwen3-coder",
+    "writer.palmyra",
+    "xai.grok",
 )
 """Models that refuse reasoning text in a request's history ("User messages cannot contain
 reasoning content"), as Strands lists them."""

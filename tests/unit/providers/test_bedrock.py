@@ -642,6 +642,10 @@ REDACTED = {"reasoningContent": {"redactedContent": base64.b64encode(b"opaque").
         ("us.deepseek.r1-v1:0", []),
         ("amazon.nova-pro-v1:0", ["redacted"]),
         ("openai.gpt-oss-120b-1:0", ["unsigned", "redacted"]),
+        ("openai.gpt-5-mini-v1:0", ["redacted"]),
+        ("us.qwen.qwen3-coder-30b-a3b-v1:0", ["redacted"]),
+        ("xai.grok-4-v1:0", ["redacted"]),
+        ("writer.palmyra-x5-v1:0", ["redacted"]),
         ("arn:aws:bedrock:us-east-1:1:inference-profile/x", ["signed", "unsigned", "redacted"]),
     ],
 )
