@@ -285,8 +285,7 @@ def _check_key(raw: dict[str, Any], session_id: str, key: bytes | KeyCheck | Non
     if key is None:
         raise _fail(raw, "session_id", "the record has no key; the key must be the session id")
     if key != session_id.encode():
-        shown = key[:64].decode("utf-8", "replace")
-        problem = f"does not match the record key {shown!r}"
+        problem = f"does not match the record key {_shown_key(key)}"
         source = raw.get("source_session_id")
         if raw.get("type") == "fork" and isinstance(source, str) and key == source.encode():
             # The likely mistake: a fork is addressed to the session it creates.
@@ -295,6 +294,32 @@ def _check_key(raw: dict[str, Any], session_id: str, key: bytes | KeyCheck | Non
                 "session's id"
             )
         raise _fail(raw, "session_id", problem)
+
+
+SHOWN_KEY_BYTES = 64
+"""The most of a mismatched record key a refusal quotes."""
+
+
+def _shown_key(key: bytes) -> str:
+    """The key quoted as its producer sent it: characters as ``repr`` shows them, each byte that
+    is not UTF-8 as ``\\xNN`` (a replacement character would hide which bytes were sent), cut
+    at a character boundary within ``SHOWN_KEY_BYTES`` and saying so. Runs only on a refusal."""
+    shown: list[str] = []
+    used = 0
+    # surrogateescape maps each byte that is not UTF-8 to one lone surrogate, U+DC80..U+DCFF,
+    # which valid UTF-8 never decodes to. Three bytes more than are shown hold any character
+    # that begins within them whole.
+    for char in key[: SHOWN_KEY_BYTES + 3].decode("utf-8", "surrogateescape"):
+        size = len(char.encode("utf-8", "surrogateescape"))
+        if used + size > SHOWN_KEY_BYTES:
+            break
+        used += size
+        if "\udc80" <= char <= "\udcff":
+            shown.append(f"\\x{ord(char) - 0xDC00:02x}")
+        else:
+            shown.append("\\'" if char == "'" else repr(char)[1:-1])
+    quoted = "'" + "".join(shown) + "'"
+    return quoted if used == len(key) else f"{quoted} (the first {used} of its {len(key)} bytes)"
 
 
 def _refuse_wrapped_checkpoint(raw: dict[str, Any], field: str) -> None:

@@ -520,6 +520,27 @@ def test_the_record_key_must_be_the_session_id() -> None:
         decode_control(raw(CANCEL), key=b"other")
 
 
+@pytest.mark.parametrize(
+    ("key", "shown"),
+    [
+        # Bytes that are not UTF-8 were shown as U+FFFD, which hid what the producer sent.
+        (b"s-\xff\xfe1", r"'s-\xff\xfe1'"),
+        (b"\xe2\x82s-1", r"'\xe2\x82s-1'"),
+        ("sé-'1'\\".encode(), r"'sé-\'1\'\\'"),
+        # Cut at 64 bytes, saying so, and never inside a character (é is two bytes).
+        (b"k" * 100, "'" + "k" * 64 + "' (the first 64 of its 100 bytes)"),
+        (b"k" * 63 + "é".encode(), "'" + "k" * 63 + "' (the first 63 of its 65 bytes)"),
+        (b"k" * 63 + b"\xff\xff", "'" + "k" * 63 + r"\xff' (the first 64 of its 65 bytes)"),
+    ],
+)
+def test_a_mismatched_key_is_shown_as_sent_with_bytes_that_are_not_utf8_escaped(
+    key: bytes, shown: str
+) -> None:
+    error = refused(raw(INVOKE), key=key)
+    assert error.reason == f"session_id: does not match the record key {shown}"
+    assert error.answerable
+
+
 def test_a_fork_keyed_by_its_source_is_told_it_belongs_to_the_new_session() -> None:
     fork = {
         "type": "fork",
