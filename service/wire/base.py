@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, StringConstraints
+from pydantic_core import PydanticCustomError
 
 WIRE_SCHEMA_VERSION: Literal[1] = 1
 """Major version of every message on the wire; bumped only by a breaking change."""
@@ -16,12 +17,10 @@ WIRE_SCHEMA_VERSION: Literal[1] = 1
 
 def _an_integer(value: Any) -> Any:
     # JSON's true and 1.0 are not the integer 1, though Python's True == 1.0 == 1 lets them match
-    # Literal[1]. A ValueError is what pydantic reports as a validation error (a TypeError would
-    # escape it).
-    if isinstance(value, bool):
-        raise ValueError("a version is a number, not a boolean")  # noqa: TRY004
-    if isinstance(value, float):
-        raise ValueError("a version is an integer")  # noqa: TRY004
+    # Literal[1]. Refused as an integer field refuses them (a TypeError would escape pydantic),
+    # so the reason names what was sent, as it does for every integer field.
+    if isinstance(value, bool | float):
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
     return value
 
 

@@ -26,13 +26,12 @@ from service.wire.commands import (
 )
 from service.wire.errors import ErrorCode, WireError, WireIssue
 from service.wire.events import EVENT_TYPES, ProgressEvent
-from service.wire.pauses import CHECKPOINT_TAG, is_wrapped_checkpoint
+from service.wire.pauses import is_wrapped_checkpoint
+from service.wire.refusal_text import issues, json_kind, reason
 from service.wire.results import ResultRecord
 
 DEFAULT_MAX_RECORD_BYTES = 1024 * 1024
 """Largest command or control value accepted (the broker's default message size)."""
-
-MAX_ISSUES_IN_REASON = 8
 
 MAX_DEPTH = 64
 """Deepest nesting of objects and arrays accepted in a command. orjson refuses to write more
@@ -71,52 +70,10 @@ _ELSEWHERE = {
 _RESUME_PAYLOAD: Mapping[type[BaseModel], str] = {InvokeCommand: "prompt", ResumeCommand: "resume"}
 """The field of a command that may hold a resume payload (a delete has none)."""
 
-_MESSAGES = {
-    "missing": "is required",
-    "extra_forbidden": "is not a known field",
-    # A number past 2^63-1 where a literal integer (schema_version) is expected: the validator
-    # speaks of an "input string", which a client that sent a number would not recognise.
-    "int_parsing_size": "is an integer out of range",
-}
-
 
 class KeyCheck(enum.Enum):
     SKIP = "skip"
     """Do not compare the record key with ``session_id`` (tools, tests, results)."""
-
-
-def _path(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif not (part.startswith("<") and part.endswith(">")):
-            out += f".{part}" if out else part
-    return out
-
-
-def _issues(exc: ValidationError) -> tuple[tuple[WireIssue, ...], ErrorCode]:
-    errors = exc.errors(include_url=False, include_input=False, include_context=False)
-    issues = tuple(
-        WireIssue(
-            _path(err["loc"]),
-            _message(err["type"], err["msg"]),
-        )
-        for err in errors
-    )
-    # The engine reports a malformed checkpoint resume as incompatible; the wire agrees.
-    in_checkpoint = any(CHECKPOINT_TAG in err["loc"] for err in errors)
-    return issues, "checkpoint_incompatible" if in_checkpoint else "invalid_command"
-
-
-def _message(kind: str, message: str) -> str:
-    return _MESSAGES.get(kind, message.removeprefix("Value error, "))
-
-
-def _reason(issues: tuple[WireIssue, ...]) -> str:
-    shown = "; ".join(str(issue) for issue in issues[:MAX_ISSUES_IN_REASON])
-    more = len(issues) - MAX_ISSUES_IN_REASON
-    return f"{shown}; and {more} more" if more > 0 else shown
 
 
 def _id(raw: Mapping[str, Any], name: str) -> str | None:
@@ -159,7 +116,7 @@ def _load(value: bytes, max_bytes: int | None) -> dict[str, Any]:
             _refuse_unreadable_json(value, exc)
         raise WireError(utf8 or f"record value is not UTF-8 JSON: {exc}") from None
     if not isinstance(raw, dict):
-        raise WireError(f"record value must be a JSON object, got {_json_kind(raw)}")
+        raise WireError(f"record value must be a JSON object, got {json_kind(raw)}")
     return raw
 
 
@@ -197,17 +154,6 @@ def _is_unicode(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _json_kind(value: object) -> str:
-    """What a decoded JSON value is, in JSON's words (a client reads them, not Python's)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    return "a string" if isinstance(value, str) else "an array"
 
 
 def _utf8_problem(value: bytes | bytearray | memoryview) -> str | None:
@@ -265,14 +211,14 @@ def _model_for(raw: dict[str, Any], types: Mapping[str, type[M]]) -> type[M]:
     return model
 
 
-def _validate(model: type[M], raw: dict[str, Any]) -> M:
+def _validate(model: type[M], raw: dict[str, Any], value: bytes) -> M:
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
-        issues, code = _issues(exc)
+        found, code = issues(exc, value)
         raise WireError(
-            _reason(issues),
-            issues=issues,
+            reason(found),
+            issues=found,
             code=code,
             session_id=_id(raw, "session_id"),
             command_id=_id(raw, "command_id"),
@@ -375,7 +321,7 @@ def decode_command(
     payload = _RESUME_PAYLOAD.get(model)
     if payload is not None:
         _refuse_wrapped_checkpoint(raw, payload)
-    command = _validate(model, raw)
+    command = _validate(model, raw, value)
     _check_key(raw, command.session_id, key)
     if isinstance(command, InvokeCommand) and command.is_resume:
         return command.as_resume()
@@ -390,7 +336,7 @@ def decode_control(
 ) -> CancelCommand:
     """A control-topic value as a cancel."""
     raw = _load_command(value, max_bytes)
-    command = _validate(_model_for(raw, CONTROL_TYPES), raw)
+    command = _validate(_model_for(raw, CONTROL_TYPES), raw, value)
     _check_key(raw, command.session_id, key)
     return command
 
@@ -398,14 +344,14 @@ def decode_control(
 def decode_result(value: bytes) -> ResultRecord:
     """A results-topic value (for clients and tests)."""
     raw = _load(value, None)
-    return _validate(_model_for(raw, RESULT_TYPES), raw)
+    return _validate(_model_for(raw, RESULT_TYPES), raw, value)
 
 
 def decode_event(value: bytes) -> ProgressEvent:
     """An events-topic value as its typed event."""
     raw = _load(value, None)
     model: type[ProgressEvent] = _model_for(raw, EVENT_TYPES)
-    return _validate(model, raw)
+    return _validate(model, raw, value)
 
 
 _FIELD_NAMES: dict[type[BaseModel], tuple[str, ...]] = {}

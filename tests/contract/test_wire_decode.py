@@ -20,6 +20,7 @@ from service.wire.codec import (
 )
 from service.wire.commands import CancelCommand, DeleteCommand, InvokeCommand, ResumeCommand
 from service.wire.errors import WireError
+from service.wire.refusal_text import OUT_OF_RANGE
 from service.wire.results import error_record
 
 CHECKPOINT = {"position": "after_model", "cycle_index": 0, "schema_version": "1.0"}
@@ -102,9 +103,12 @@ def test_a_command_without_schema_version_is_read_as_version_1() -> None:
         (2, "Input should be 1"),
         (9223372036854775807, "Input should be 1"),
         # Past 2^63-1 the validator said "Unable to parse input string as an integer, exceeded
-        # maximum size": the client sent a number, not a string.
-        (9223372036854775808, "is an integer out of range"),
-        (2**64 - 1, "is an integer out of range"),
+        # maximum size": the client sent a number, not a string. Up to 2^64-1 it is an integer
+        # the wire keeps, so simply not 1.
+        (9223372036854775808, "Input should be 1"),
+        (2**64 - 1, "Input should be 1"),
+        (2**64, OUT_OF_RANGE),
+        (-(2**63) - 1, OUT_OF_RANGE),
     ],
 )
 def test_a_schema_version_other_than_1_is_refused_saying_why(version: int, reason: str) -> None:
@@ -227,7 +231,7 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "delete metadata not an object",
         {**DELETE, "metadata": "x"},
         "invalid_command",
-        "metadata: Input should be a valid dictionary",
+        "metadata: must be an object, got a string",
     ),
     ("type not a string", {**INVOKE, "type": 3}, "invalid_command", "type: must be a string"),
     (
@@ -240,7 +244,7 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "schema_version a double",
         {**INVOKE, "schema_version": 1.0},
         "invalid_command",
-        "schema_version: a version is an integer",
+        "schema_version: must be an integer, got a number with a fraction or an exponent",
     ),
     (
         "no command_id",
@@ -270,13 +274,13 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "checkpointing as string",
         {**INVOKE, "checkpointing": "yes"},
         "invalid_command",
-        "checkpointing: Input should be a valid boolean",
+        "checkpointing: must be a boolean, got a string",
     ),
     (
         "limits wrong type",
         {**INVOKE, "limits": {"max_cycles": "3"}},
         "invalid_command",
-        "limits.max_cycles: Input should be a valid integer",
+        "limits.max_cycles: must be an integer, got a string",
     ),
     (
         "limits unknown key",
@@ -288,7 +292,7 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "metadata not an object",
         {**INVOKE, "metadata": [1]},
         "invalid_command",
-        "metadata: Input should be a valid dictionary",
+        "metadata: must be an object, got an array",
     ),
     (
         "empty prompt",
@@ -635,9 +639,143 @@ def test_metadata_integers_are_exact_from_minus_2_63_to_2_64_minus_1_and_doubles
     assert orjson.loads(written)["metadata"] == {**exact, **nearest}
 
 
-def test_an_integer_beyond_the_range_in_an_integer_field_is_refused() -> None:
-    value = raw(INVOKE)[:-1] + b', "limits": {"max_cycles": 18446744073709551616}}'
-    assert "limits.max_cycles" in refused(value).reason
+HISTORY: dict[str, Any] = {**DELETE, "type": "history"}
+FORK: dict[str, Any] = {**DELETE, "type": "fork", "source_session_id": "s-0", "version": 1}
+CHECKPOINT_AT = ("resume", "checkpointResume", "checkpoint")
+INTEGER_FIELDS = [
+    (FORK, ("version",)),
+    (HISTORY, ("limit",)),
+    (HISTORY, ("before",)),
+    (INVOKE, ("schema_version",)),
+    (INVOKE, ("limits", "max_cycles")),
+    (INVOKE, ("limits", "max_tokens")),
+    (RESUME, (*CHECKPOINT_AT, "cycle_index")),
+]
+"""Every integer a command holds, by the path to it."""
+NULLABLE = {("before",), ("limits", "max_cycles"), ("limits", "max_tokens")}
+_FIELD_IDS = [".".join(path) for _, path in INTEGER_FIELDS]
+
+
+def _with(command: dict[str, Any], path: tuple[str, ...], number: bytes) -> bytes:
+    """``command`` with ``number`` written, as given, at ``path`` (orjson would rewrite it)."""
+    node = json.loads(json.dumps(command))
+    parent = node
+    for name in path[:-1]:
+        parent = parent.setdefault(name, {})
+    parent[path[-1]] = "<number>"
+    return raw(node).replace(b'"<number>"', number)
+
+
+@pytest.mark.parametrize(("command", "path"), INTEGER_FIELDS, ids=_FIELD_IDS)
+@pytest.mark.parametrize("number", [b"18446744073709551616", b"-9223372036854775809"])
+def test_an_integer_beyond_the_range_in_an_integer_field_is_refused_as_out_of_range(
+    command: dict[str, Any], path: tuple[str, ...], number: bytes
+) -> None:
+    # orjson reads it as a double, which the field refused as "Input should be a valid integer":
+    # the client sent an integer.
+    error = refused(_with(command, path, number))
+    assert error.reason == f"{'.'.join(path)}: {OUT_OF_RANGE}"
+    assert "-9223372036854775808 to 18446744073709551615" in error.reason
+    assert error.answerable
+
+
+@pytest.mark.parametrize(("command", "path"), INTEGER_FIELDS, ids=_FIELD_IDS)
+@pytest.mark.parametrize(
+    ("number", "got"),
+    [
+        (b"3.0", "a number with a fraction or an exponent"),
+        (b"3e0", "a number with a fraction or an exponent"),
+        # A double past 2^64 with a fraction is no integer the wire could have kept.
+        (b"18446744073709551616.0", "a number with a fraction or an exponent"),
+        (b'"3"', "a string"),
+        (b"true", "a boolean"),
+        (b"null", "null"),
+        (b"[3]", "an array"),
+        (b'{"n": 3}', "an object"),
+    ],
+)
+def test_an_integer_field_names_the_json_kind_it_got(
+    command: dict[str, Any], path: tuple[str, ...], number: bytes, got: str
+) -> None:
+    if number == b"null" and path in NULLABLE:
+        decode_command(_with(command, path, number))  # null means absent here
+        return
+    error = refused(_with(command, path, number))
+    if path == ("schema_version",) and got in ("a string", "null", "an array", "an object"):
+        # A literal: it says the value it takes, and what came instead.
+        assert error.reason == f"schema_version: Input should be 1, got {got}"
+    else:
+        assert error.reason == f"{'.'.join(path)}: must be an integer, got {got}"
+
+
+@pytest.mark.parametrize(
+    ("command", "path", "value", "reason"),
+    [
+        (INVOKE, ("agent",), b"{}", "must be a string, got an object"),
+        (INVOKE, ("session_id",), b"7", "must be a string, got a number"),
+        (FORK, ("source_session_id",), b"null", "must be a string, got null"),
+        (INVOKE, ("checkpointing",), b"1", "must be a boolean, got a number"),
+        (INVOKE, ("limits",), b'"3"', "must be an object, got a string"),
+        (INVOKE, ("limits",), b"[]", "must be an object, got an array"),
+        (INVOKE, ("limits", "deadline_s"), b'"3"', "must be a number, got a string"),
+        (INVOKE, ("limits", "deadline_s"), b"true", "must be a number, got a boolean"),
+        (INVOKE, ("invocation_state",), b"5", "must be an object, got a number"),
+        (INVOKE, ("metadata",), b"[]", "must be an object, got an array"),
+        (DELETE, ("metadata",), b'"x"', "must be an object, got a string"),
+        (CANCEL, ("message",), b"[]", "must be a string, got an array"),
+        (CANCEL, ("after_current_tools",), b'"yes"', "must be a boolean, got a string"),
+        (
+            RESUME,
+            (*CHECKPOINT_AT, "schema_version"),
+            b"1.0",
+            "Input should be '1.0', got a number",
+        ),
+        (
+            RESUME,
+            (*CHECKPOINT_AT, "position"),
+            b"{}",
+            "Input should be 'after_model' or 'after_tools', got an object",
+        ),
+    ],
+)
+def test_a_field_of_the_wrong_json_type_names_the_kind_it_got(
+    command: dict[str, Any], path: tuple[str, ...], value: bytes, reason: str
+) -> None:
+    decode = decode_control if command is CANCEL else decode_command
+    with pytest.raises(WireError) as caught:
+        decode(_with(command, path, value))
+    assert caught.value.reason == f"{'.'.join(path)}: {reason}"
+
+
+@pytest.mark.parametrize(
+    ("prompt", "reason"),
+    [
+        ([1], "prompt[0]: must be an object, got a number"),
+        ([{"role": "user", "content": "x"}], "prompt[0].content: must be an array, got a string"),
+        (
+            [{"role": 1, "content": [{"text": "x"}]}],
+            "prompt[0].role: Input should be 'user' or 'assistant', got a number",
+        ),
+    ],
+)
+def test_a_prompt_part_of_the_wrong_json_type_names_the_kind_it_got(
+    prompt: Any, reason: str
+) -> None:
+    assert refused(raw({**INVOKE, "prompt": prompt})).reason == reason
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (
+            {"interruptResponse": {"interruptId": 5, "response": 1}},
+            "resume[0].interruptResponse.interruptId: must be a string, got a number",
+        ),
+        ({"interruptResponse": []}, "resume[0].interruptResponse: must be an object, got an array"),
+    ],
+)
+def test_an_answer_of_the_wrong_json_type_names_the_kind_it_got(answer: Any, reason: str) -> None:
+    assert refused(raw({**RESUME, "resume": [answer]})).reason == reason
 
 
 def test_a_cancel_message_longer_than_its_limit_is_refused_at_once() -> None:
