@@ -6,6 +6,7 @@ model's message instead of becoming an ``error`` result later.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from typing import Any, TypeVar
@@ -22,6 +23,7 @@ from service.wire.commands import (
     InvokeCommand,
     ResumeCommand,
 )
+from service.wire.refusal_text import issues, reason
 
 AnyCommand = (
     InvokeCommand | ResumeCommand | CancelCommand | DeleteCommand | HistoryCommand | ForkCommand
@@ -50,10 +52,9 @@ def _validated(model: type[C], body: dict[str, Any]) -> C:
     try:
         return model.model_validate(body)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
-        )
-        raise CommandInputError(f"invalid {body.get('type', 'command')}: {problems}") from None
+        # Said as the service would refuse the same command (JSON's words, no union tags).
+        found, _ = issues(exc, json.dumps(body).encode())
+        raise CommandInputError(f"invalid {body.get('type', 'command')}: {reason(found)}") from None
 
 
 def invoke(

@@ -367,3 +367,14 @@ def test_a_history_page_size_is_refused_with_the_range_the_service_takes(
     assert caught.value.code == 2
     assert f"error: argument --limit: {says}" in capsys.readouterr().err
     assert build_parser().parse_args(["session", "history", "s", "--limit", "100"]).limit == 100
+
+
+def test_a_refused_command_is_explained_as_the_service_would_explain_it() -> None:
+    with pytest.raises(commands.CommandInputError) as caught:
+        commands.resume_from_checkpoint("s", [1])  # type: ignore[arg-type]
+    assert str(caught.value) == (
+        "invalid resume: resume.checkpointResume.checkpoint: must be an object, got an array"
+    )
+    with pytest.raises(commands.CommandInputError) as caught:
+        commands.resume_from_checkpoint("s", {"schema_version": 1.0, "position": "after_model"})
+    assert "schema_version: Input should be '1.0', got a number" in str(caught.value)
