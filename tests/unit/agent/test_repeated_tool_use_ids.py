@@ -13,6 +13,7 @@ calls of one id, or during both, never runs either again without asking.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
@@ -207,6 +208,18 @@ async def test_cancelling_the_paused_session_leaves_what_a_cancelled_resume_leav
     assert state.messages[2:] == [user(*results)]
 
 
+async def _crashed_at_ledger(events: AsyncGenerator[Any, None]) -> SessionState:
+    """The state a kill -9 leaves right after the first ledger commit that is not yet durable
+    (the invocation is dropped there); its command, redelivered, continues from it."""
+    try:
+        async for event in events:
+            if isinstance(event, ToolLedger) and not event.durable:
+                return roundtrip(event.state)
+    finally:
+        await events.aclose()
+    raise AssertionError("the invocation ended without a ledger commit")
+
+
 async def test_a_crash_in_a_resumed_batch_keeps_skipping_the_ids_answered_at_the_pause() -> None:
     PAID.clear()
     batch = [*X_ASK_X[:2], call("pay", "z", amount=1), X_ASK_X[2]]
@@ -214,16 +227,10 @@ async def test_a_crash_in_a_resumed_batch_keeps_skipping_the_ids_answered_at_the
     payload = answers((approval("y"), "ok"))
     # The resume stops right after the ledger commit that follows the once tool's result, as a
     # kill -9 there would; its command, redelivered, continues the batch from that commit.
-    events = run_invocation(agent, roundtrip(out.state), Invocation("c-answer", payload))
-    crashed = None
-    try:
-        async for event in events:
-            if isinstance(event, ToolLedger) and not event.durable:
-                crashed = roundtrip(event.state)
-                break
-    finally:
-        await events.aclose()
-    assert crashed is not None and crashed.pending is not None
+    crashed = await _crashed_at_ledger(
+        run_invocation(agent, roundtrip(out.state), Invocation("c-answer", payload))
+    )
+    assert crashed.pending is not None
     assert list(crashed.pending.results) == ["x", "y", "z"]
     out = await invoke(agent, crashed, payload, command_id="c-answer")
     assert out.stop == "end_turn"
@@ -248,16 +255,10 @@ async def test_a_once_call_still_running_when_its_repeat_got_its_result_is_not_r
     agent = make_agent(
         [twice, "done"], checkpointing=False, executor="concurrent", tools=[pay_until_dropped]
     )
-    events = run_invocation(agent, SessionState("s-twice"), Invocation("c1", "go"))
-    crashed = None
-    try:
-        async for event in events:
-            if isinstance(event, ToolLedger) and not event.durable:
-                crashed = roundtrip(event.state)
-                break
-    finally:
-        await events.aclose()
-    assert crashed is not None and crashed.pending is not None
+    crashed = await _crashed_at_ledger(
+        run_invocation(agent, SessionState("s-twice"), Invocation("c1", "go"))
+    )
+    assert crashed.pending is not None
     assert list(crashed.pending.results) == ["p"]
     assert list(crashed.pending.started) == ["p"], crashed.pending.started
     assert PAID == [1, 2]

@@ -559,20 +559,25 @@ async def test_a_session_answering_more_than_the_ids_it_keeps_runs_none_again_on
     assert answered(kafka) == Counter({f"c{i}": 1 for i in range(len(busy) + 1)})
 
 
+def _expiry_rounds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A counter (its one item) of the idle expiry's rounds, each of which lists idle sessions."""
+    rounds = [0]
+    idle = SessionStore.idle
+
+    def counted(store: SessionStore, before_ms: int, limit: int) -> list[tuple[str, int]]:
+        rounds[0] += 1
+        return idle(store, before_ms, limit)
+
+    monkeypatch.setattr(SessionStore, "idle", counted)
+    return rounds
+
+
 async def test_an_idle_session_expires_only_once_no_record_of_it_can_be_read_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Expiry takes the session's command ids with it: while another session's step holds the
     committed offset below its command, that command would run again after a takeover."""
-    rounds = 0
-    idle = SessionStore.idle
-
-    def counted(store: SessionStore, before_ms: int, limit: int) -> list[tuple[str, int]]:
-        nonlocal rounds
-        rounds += 1
-        return idle(store, before_ms, limit)
-
-    monkeypatch.setattr(SessionStore, "idle", counted)
+    rounds = _expiry_rounds(monkeypatch)
     monkeypatch.setattr(idle_expiry, "_BATCH", 10)
     kafka = MemoryKafka()
     put(kafka, command(0, agent="gated"), command(1))  # s0 runs on; s1 answers and goes idle
@@ -581,7 +586,7 @@ async def test_an_idle_session_expires_only_once_no_record_of_it_can_be_read_aga
         instance.ctx.settings = instance.settings.model_copy(update={"sessions": sessions})
         owner, task = instance.owner()
         await until(lambda: answered(kafka)["c1"] == 1, "c1")
-        await until(lambda: rounds >= 3, "three rounds of the expiry while c0 runs")
+        await until(lambda: rounds[0] >= 3, "three rounds of the expiry while c0 runs")
         assert not expired(kafka), "s1 expired while c0 held the offsets below c1"
         owner.request_stop(0.05)  # c0 is left running: nothing after it is committed
         async with asyncio.timeout(10):
@@ -617,15 +622,7 @@ async def test_a_session_grows_no_idler_while_no_fetch_is_answered(
 ) -> None:
     """The broker away past the idle ttl: a command a client published for the session meanwhile
     (held in its producer until the broker is back) still finds the session, not a fresh one."""
-    rounds = 0
-    idle = SessionStore.idle
-
-    def counted(store: SessionStore, before_ms: int, limit: int) -> list[tuple[str, int]]:
-        nonlocal rounds
-        rounds += 1
-        return idle(store, before_ms, limit)
-
-    monkeypatch.setattr(SessionStore, "idle", counted)
+    rounds = _expiry_rounds(monkeypatch)
     kafka = MemoryKafka()
     put(kafka, command(1))
     async with Instance(kafka, tmp_path) as instance:
@@ -645,7 +642,7 @@ async def test_a_session_grows_no_idler_while_no_fetch_is_answered(
         away = kafka.hang("input.fetch")  # the broker goes away: no fetch is answered
         try:
             # Six rounds of the expiry (3 s, past the 2 s ttl), counted however a round begins.
-            await until(lambda: rounds >= 6 or asked >= 12, "six rounds of the expiry", 30)
+            await until(lambda: rounds[0] >= 6 or asked >= 12, "six rounds of the expiry", 30)
             expired_meanwhile = expired(kafka)
             put(kafka, {**command(3), "session_id": "s1"})  # published while the broker was away
         finally:
