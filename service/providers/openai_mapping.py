@@ -2,7 +2,9 @@
 
 Guarantee: every toolUse of the history reaches the endpoint as a ``tool_calls`` entry and every
 toolResult as a ``tool`` message right after it, in order; streamed chunks are folded into one
-assistant message whose toolUse blocks carry parsed JSON input.
+assistant message whose toolUse blocks carry parsed JSON input. Cited text (a
+``citationsContent`` block another provider's reply left in the history) goes as its text, so a
+session carries over from Bedrock or Anthropic; Strands' OpenAI model refuses the block.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from service.agent.provider import ModelReply, ToolSpec
 from service.agent.types import Message, StopReason, Usage
 from service.providers.block_reply import warn_unknown
 from service.providers.content import (
+    cited_text,
     image_media_type,
     json_text,
     kept_tool_input,
@@ -96,6 +99,8 @@ def _user_messages(message: Message) -> list[dict[str, Any]]:
             )
         elif "text" in block:
             parts.append({"type": "text", "text": block["text"]})
+        elif "citationsContent" in block:
+            parts.append({"type": "text", "text": cited_text(block["citationsContent"])})
         elif "image" in block:
             parts.append(_image_part(block["image"]))
         elif not _SKIPPED_BLOCKS.intersection(block):
@@ -119,6 +124,9 @@ def _assistant_message(message: Message) -> dict[str, Any]:
     for block in message.get("content", []):
         if "text" in block:
             texts.append(block["text"])
+        elif "citationsContent" in block:
+            # The chat format has no citations; the text is what the model said.
+            texts.append(cited_text(block["citationsContent"]))
         elif "toolUse" in block:
             tool_use_id, name, tool_input = sent_tool_use(block["toolUse"])
             calls.append(
