@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,7 +24,12 @@ from service.agent.errors import ModelError
 from service.agent.provider import ToolSpec
 from service.agent.types import Message, StopReason, Usage
 from service.providers.block_reply import BlockReplyBuilder, ToolCalls
-from service.providers.content import kept_tool_input, parse_tool_input, sent_tool_use
+from service.providers.content import (
+    kept_tool_input,
+    parse_tool_input,
+    result_json_text,
+    sent_tool_use,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -176,11 +180,11 @@ def _tool_result(result: dict[str, Any], status: bool, json_as_text: bool) -> di
     content: list[dict[str, Any]] = []
     for item in result.get("content", []):
         if "json" in item:
-            # The text is Python's default JSON text, as Strands writes it (ASCII, with spaces),
-            # so the model reads the same result under either.
             value = item["json"]
             converted: dict[str, Any] | None = (
-                {"text": json.dumps(value)} if json_as_text else {"json": value}
+                {"text": result_json_text(value, ascii_only=True)}
+                if json_as_text
+                else {"json": value}
             )
         else:
             converted = _block(item)

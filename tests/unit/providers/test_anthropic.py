@@ -397,7 +397,7 @@ async def test_history_maps_to_anthropic_blocks(server: WireServer) -> None:
                     "tool_use_id": "t1",
                     "content": [
                         {"type": "text", "text": "Error: down"},
-                        {"type": "text", "text": '{"retry":true}'},
+                        {"type": "text", "text": '{"retry": true}'},
                     ],
                     "is_error": True,
                 },

@@ -354,7 +354,7 @@ async def test_history_with_tools_and_images_maps_to_chat_messages(server: WireS
                 },
             ],
         },
-        {"role": "tool", "tool_call_id": "c1", "content": 'cold\n{"c":-3}'},
+        {"role": "tool", "tool_call_id": "c1", "content": 'cold\n{"c": -3}'},
         {"role": "tool", "tool_call_id": "c2", "content": "Error: no data"},
         {"role": "user", "content": "And tomorrow?"},
     ]
