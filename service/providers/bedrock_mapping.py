@@ -25,9 +25,9 @@ from service.agent.provider import ToolSpec
 from service.agent.types import Message, StopReason, Usage
 from service.providers.block_reply import BlockReplyBuilder, ToolCalls
 from service.providers.content import (
+    json_text,
     kept_tool_input,
     parse_tool_input,
-    result_json_text,
     sent_tool_use,
 )
 
@@ -182,9 +182,7 @@ def _tool_result(result: dict[str, Any], status: bool, json_as_text: bool) -> di
         if "json" in item:
             value = item["json"]
             converted: dict[str, Any] | None = (
-                {"text": result_json_text(value, ascii_only=True)}
-                if json_as_text
-                else {"json": value}
+                {"text": json_text(value, ascii_only=True)} if json_as_text else {"json": value}
             )
         else:
             converted = _block(item)

@@ -3,7 +3,8 @@
 Guarantee: pure functions; binary payloads come out base64-encoded whether the history holds
 raw bytes or an already-encoded string (the session codec stores JSON, so both occur); a toolUse
 goes out with a valid name and an object input whatever the history holds (:func:`sent_tool_use`);
-a tool result's JSON sent as text is the text Strands writes (:func:`result_json_text`).
+a tool result's JSON or a tool call's arguments sent as text are the text Strands writes
+(:func:`json_text`).
 """
 
 from __future__ import annotations
@@ -45,15 +46,11 @@ def image_media_type(image: dict[str, Any]) -> str:
     return media_type
 
 
-def json_text(value: Any) -> str:
-    return orjson.dumps(value).decode()
-
-
-def result_json_text(value: Any, *, ascii_only: bool = False) -> str:
-    """A tool result's ``json`` content as the text sent in its place: Python's default JSON
-    text (``", "`` and ``": "``), as Strands writes it, so a model reads the same result under
-    either. Strands' Anthropic and OpenAI formatters keep non-ASCII characters; its Bedrock
-    formatter (for Nova) escapes them, hence ``ascii_only``."""
+def json_text(value: Any, *, ascii_only: bool = False) -> str:
+    """JSON a model is sent as text (a tool result's ``json`` content, a tool call's arguments):
+    Python's default JSON text (``", "`` and ``": "``), as Strands writes it, so a model reads
+    the same history under either. Strands' Anthropic and OpenAI formatters keep non-ASCII
+    characters; its Bedrock formatter (for Nova) escapes them, hence ``ascii_only``."""
     return json.dumps(value, ensure_ascii=ascii_only)
 
 
@@ -62,7 +59,7 @@ def result_text(item: dict[str, Any]) -> str | None:
     if "text" in item:
         return str(item["text"])
     if "json" in item:
-        return result_json_text(item["json"])
+        return json_text(item["json"])
     return None
 
 

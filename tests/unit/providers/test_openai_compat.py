@@ -345,12 +345,12 @@ async def test_history_with_tools_and_images_maps_to_chat_messages(server: WireS
                 {
                     "id": "c1",
                     "type": "function",
-                    "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'},
+                    "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
                 },
                 {
                     "id": "c2",
                     "type": "function",
-                    "function": {"name": "get_weather", "arguments": '{"city":"Rome"}'},
+                    "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'},
                 },
             ],
         },
