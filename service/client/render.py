@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from service.agent.outcomes import is_outcome_interrupt
+from service.wire.commands import HistoryCommand
 
 _TEXT_WIDTH = 400
 _IDS_SHOWN = 10
@@ -230,18 +231,22 @@ def version_line(entry: dict[str, Any]) -> str:
     return line
 
 
-def history_lines(result: dict[str, Any]) -> list[str]:
-    """A ``history`` page, newest first, and how to ask for the next one."""
+def history_lines(result: dict[str, Any], connection: Sequence[str] = ()) -> list[str]:
+    """A ``history`` page, newest first, and how to ask for the next one: on the same cluster
+    (``connection``, as in ``next:`` hints) and, when it is not the default, in pages of the
+    same size. A page followed by another is full, so its length is the ``--limit`` asked for.
+    """
     page = result.get("history") or {}
     versions = page.get("versions") or []
     if not versions:
         return [f"  no versions: session {result.get('session_id')} has none kept"]
     lines = [version_line(entry) for entry in versions]
     if page.get("next_before") is not None:
-        lines.append(
-            f"  older: cairn session history {shell_word(str(result.get('session_id')))} "
-            f"--before {page['next_before']}"
-        )
+        words = ["cairn session history", shell_word(str(result.get("session_id")))]
+        words += [*map(shell_word, connection), f"--before {page['next_before']}"]
+        if len(versions) != HistoryCommand.model_fields["limit"].default:
+            words.append(f"--limit {len(versions)}")
+        lines.append(f"  older: {' '.join(words)}")
     return lines
 
 
@@ -279,7 +284,7 @@ def result_lines(result: dict[str, Any], connection: Sequence[str] = ()) -> list
             f"{forked.get('version')} (this is version {result.get('version')})"
         )
     if isinstance(result.get("history"), dict):
-        lines.extend(history_lines(result))
+        lines.extend(history_lines(result, connection))
     lines.extend(message_lines(result.get("message")))
     lines.extend(next_step_lines(result, connection))
     return lines

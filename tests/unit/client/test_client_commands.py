@@ -307,7 +307,7 @@ def test_every_id_in_a_hint_is_quoted_for_the_shell() -> None:
     ]
     page = {"versions": [{"version": 4}], "next_before": 4}
     older = render.history_lines({"session_id": "a b\x07", "history": page})[-1]
-    assert older == "  older: cairn session history $'a b\\007' --before 4"
+    assert older == "  older: cairn session history $'a b\\007' --before 4 --limit 1"
 
 
 def test_an_id_with_bidi_controls_is_shown_escaped(capsys: pytest.CaptureFixture[str]) -> None:

@@ -56,16 +56,31 @@ def test_session_history_prints_the_page_newest_first_and_the_next_cursor(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     kafka.answers = [_page(next_before=2)]
-    assert main(["session", "history", "s1", "--limit", "2"]) == 0
+    servers = "127.0.0.1:19092"
+    assert main(["session", "history", "s1", "--limit", "2", "--bootstrap-servers", servers]) == 0
     (topic, key, command) = kafka.sent[-1]
     assert (topic, key) == ("cairn.commands", "s1")
     assert command["type"] == "history" and command["limit"] == 2 and "before" not in command
     out = capsys.readouterr().out.splitlines()
+    # The next page's command, pasted as it is, asks the same broker for a page of the same size.
     assert out[2:] == [
         "  v3  2026-01-01T00:00:42Z  end_turn, cycle 1, 5 messages  [c3]",
         "  v2  2026-01-01T00:00:41Z  after_tools (paused), cycle 0, 3 messages  [c2]",
-        "  older: cairn session history s1 --before 2",
+        f"  older: cairn session history s1 --bootstrap-servers {servers} --before 2 --limit 2",
     ]
+
+
+def test_the_next_page_of_the_default_size_is_asked_for_without_a_limit(
+    kafka: FakeKafka,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    versions = [{**ENTRIES[0], "version": v} for v in range(30, 10, -1)]
+    kafka.answers = [{**_page(next_before=11), "history": {"versions": versions,
+                      "next_before": 11, "oldest_kept": 1}}]  # fmt: skip
+    assert main(["session", "history", "s1"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "  older: cairn session history s1 --before 11"
+    )
 
 
 def test_session_fork_publishes_to_the_new_session_and_says_where_it_came_from(
