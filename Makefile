@@ -23,7 +23,7 @@ help:
 	@echo "make lint          ruff check, ruff format --check, mypy (strict)"
 	@echo "make test          unit tests first, then contract/integration/fault tests (real Kafka)"
 	@echo "make test-unit     only the fast tests that need no broker"
-	@echo "make run          start the broker, create the topics, serve the demo agent"
+	@echo "make run           start the broker, create the topics, serve the demo agent"
 	@echo "make contracts     regenerate contracts/ from service/wire (contracts-check: drift only)"
 	@echo "make kafka-up      start the local Kafka broker on 127.0.0.1:9092 (data in .kafka/)"
 	@echo "make kafka-down    stop it;  make kafka-status: is it serving?"
