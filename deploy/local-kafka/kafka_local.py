@@ -177,7 +177,8 @@ class LocalBroker:
                 if _port_in_use(config.host, port):
                     raise BrokerError(
                         f"port=<{config.host}:{port}> | already in use by another process: "
-                        "stop it or pick other ports"
+                        "stop it or pick free ports with --port and --controller-port (through "
+                        'make: make run KAFKA_ARGS="--port 19092 --controller-port 19093")'
                     )
             lib_dir = ensure_jars(config.lib_dir, mvn=config.mvn)
             self._write_configs()

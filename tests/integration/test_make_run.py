@@ -86,3 +86,30 @@ async def test_run_script_serves_the_demo_and_stops_on_ctrl_c(tmp_path: Path) ->
             check=False,
             capture_output=True,
         )
+
+
+def test_run_script_on_a_taken_kafka_port_says_how_to_pick_others(tmp_path: Path) -> None:
+    """9092 is often someone else's (another broker, a container): the refusal names the options
+    that move the broker, and how to pass them through make, and nothing starts."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")} | {
+            "CAIRN_PYTHON": sys.executable,
+            "KAFKA_ARGS": f"--data-dir {tmp_path / 'kafka'} --port {taken} "
+            f"--controller-port {_free_port()}",
+        }
+        done = subprocess.run(
+            ["bash", "deploy/run-local.sh"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode != 0
+    assert f"127.0.0.1:{taken}> | already in use by another process" in done.stderr
+    assert 'KAFKA_ARGS="--port' in done.stderr and "--controller-port" in done.stderr
+    assert "Cairn is starting" not in done.stdout
