@@ -21,6 +21,30 @@ WEATHER = ToolSpec(
     },
 )
 
+JSON_RESULT = {"city": "Zürich", "temps": [1, 2.5], "ok": True, "note": None}
+"""A tool result's JSON content the JSON-as-text tests send, non-ASCII included."""
+
+JSON_RESULT_HISTORY: list[dict[str, Any]] = [
+    {"role": "user", "content": [{"text": "Weather?"}]},
+    {
+        "role": "assistant",
+        "content": [{"toolUse": {"toolUseId": "t1", "name": "get_weather", "input": {}}}],
+    },
+    {
+        "role": "user",
+        "content": [
+            {
+                "toolResult": {
+                    "toolUseId": "t1",
+                    "status": "success",
+                    "content": [{"text": "found:"}, {"json": JSON_RESULT}, {"json": [3, "x"]}],
+                }
+            }
+        ],
+    },
+]
+"""A turn whose tool result holds text and two JSON contents."""
+
 
 @pytest.fixture
 async def server() -> AsyncIterator[WireServer]:

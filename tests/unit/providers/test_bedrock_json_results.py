@@ -4,34 +4,15 @@ sends it (Nova misreads JSON blocks), and to every other model as JSON."""
 from __future__ import annotations
 
 import pytest
+from conftest import JSON_RESULT as VALUE
+from conftest import JSON_RESULT_HISTORY as HISTORY
 from conftest import make_request
 
 from service.providers.bedrock import BedrockProvider
 from service.providers.config import BedrockConfig
 
-VALUE = {"city": "Zürich", "temps": [1, 2.5], "ok": True, "note": None}
 AS_TEXT = '{"city": "Z\\u00fcrich", "temps": [1, 2.5], "ok": true, "note": null}'
 """Python's default JSON text of VALUE, written out by hand: Strands sends ``json.dumps``."""
-
-HISTORY = [
-    {"role": "user", "content": [{"text": "Weather?"}]},
-    {
-        "role": "assistant",
-        "content": [{"toolUse": {"toolUseId": "t1", "name": "get_weather", "input": {}}}],
-    },
-    {
-        "role": "user",
-        "content": [
-            {
-                "toolResult": {
-                    "toolUseId": "t1",
-                    "status": "success",
-                    "content": [{"text": "found:"}, {"json": VALUE}, {"json": [3, "x"]}],
-                }
-            }
-        ],
-    },
-]
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,7 @@ kept as they are (``ensure_ascii=False``), so a model reads the same result unde
 
 from __future__ import annotations
 
-from typing import Any
-
+from conftest import JSON_RESULT_HISTORY as HISTORY
 from conftest import make_request
 from pydantic import SecretStr
 
@@ -13,29 +12,8 @@ from service.providers.anthropic import AnthropicProvider
 from service.providers.config import AnthropicConfig, OpenAICompatConfig
 from service.providers.openai_compat import OpenAICompatProvider
 
-VALUE = {"city": "Zürich", "temps": [1, 2.5], "ok": True, "note": None}
 AS_TEXT = '{"city": "Zürich", "temps": [1, 2.5], "ok": true, "note": null}'
-"""VALUE as Strands' Anthropic and OpenAI formatters write it, written out by hand."""
-
-HISTORY: list[dict[str, Any]] = [
-    {"role": "user", "content": [{"text": "Weather?"}]},
-    {
-        "role": "assistant",
-        "content": [{"toolUse": {"toolUseId": "t1", "name": "get_weather", "input": {}}}],
-    },
-    {
-        "role": "user",
-        "content": [
-            {
-                "toolResult": {
-                    "toolUseId": "t1",
-                    "status": "success",
-                    "content": [{"text": "found:"}, {"json": VALUE}, {"json": [3, "x"]}],
-                }
-            }
-        ],
-    },
-]
+"""JSON_RESULT as Strands' Anthropic and OpenAI formatters write it, written out by hand."""
 
 
 def test_anthropic_is_sent_json_results_as_strands_writes_them() -> None:
