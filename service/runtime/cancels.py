@@ -362,8 +362,10 @@ class CancelDesk:
         return min(record.timestamp_ms, int(time.time() * 1000))
 
     def _applied(self, session_id: str, command_id: str) -> bool:
-        stored = self._store.get(session_id)
-        return stored is not None and stored.delivery.answered(command_id)
+        # Asked as a cancel or a delete is read too: the delivery records alone, never a
+        # large session decoded on the event loop for them.
+        delivery = self._store.delivery(session_id)
+        return delivery is not None and delivery.answered(command_id)
 
     def forgetting(self, session_id: str, command_ids: Iterable[str]) -> None:
         """The session's state, which recognises these command ids, is being deleted (a delete,

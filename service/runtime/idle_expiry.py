@@ -105,8 +105,13 @@ async def expire_idle(
         for session_id, written_ms in store.idle(now_ms - ttl_ms, _BATCH):
             if stopping() or queues.busy(session_id):
                 continue
+            # An idle session is seldom still in the cache: a large one is decoded off the
+            # event loop, and a command of it may come, run and commit meanwhile.
+            await store.prefetch(session_id)
+            if stopping() or queues.busy(session_id):
+                continue
             stored = store.get(session_id)
-            if stored is None or not stored.durable:
+            if stored is None or not stored.durable or store.written_ms(session_id) != written_ms:
                 continue
             if not _passed(session_id, stored, queues, passed, commands_topic):
                 continue

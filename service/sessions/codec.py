@@ -139,11 +139,7 @@ def decode_session(head: bytes, records: Mapping[bytes, bytes]) -> Loaded:
     sizes: list[int] = []
     try:
         count = int(index["messages"])
-        applied_count = int(index["applied"])
-        applied = [
-            history.load(history.applied_key(session_id, k), records)[0]
-            for k in range(max(0, applied_count - history.APPLIED_SLOTS), applied_count)
-        ]
+        applied_count, applied = _applied(session_id, index, records)
         loaded["applied_commands"] = applied
         messages = []
         for i in range(count):
@@ -210,6 +206,37 @@ def _state(loaded: dict[str, Any]) -> SessionState:
         raise
     except (KeyError, TypeError, ValueError) as exc:
         raise StateDecodeError(f"session state is malformed: {exc}") from exc
+
+
+def decode_delivery(head: bytes, records: Mapping[bytes, bytes]) -> Delivery:
+    """Only the delivery records of the session whose head is ``head`` (its applied command ids
+    taken from ``records``, which need hold no other history): which commands it answered,
+    without decoding its conversation."""
+    loaded = upcast(_head_dict(head))
+    index = loaded.pop("history", None)
+    if index is not None:
+        session_id = loaded.get("session_id")
+        if not isinstance(session_id, str) or not isinstance(index, dict):
+            raise StateDecodeError("session head is malformed: no session_id or history index")
+        try:
+            loaded["applied_commands"] = _applied(session_id, index, records)[1]
+        except history.HistoryDecodeError as exc:
+            raise StateDecodeError(f"session {session_id!r}: {exc}") from exc
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StateDecodeError(f"session head is malformed: {exc}") from exc
+    return _delivery(loaded)
+
+
+def _applied(
+    session_id: str, index: dict[str, Any], records: Mapping[bytes, bytes]
+) -> tuple[int, list[Any]]:
+    """How many command ids the session applied over its life, and those its slots keep."""
+    applied_count = int(index["applied"])
+    first = max(0, applied_count - history.APPLIED_SLOTS)
+    return applied_count, [
+        history.load(history.applied_key(session_id, k), records)[0]
+        for k in range(first, applied_count)
+    ]
 
 
 def _delivery(loaded: dict[str, Any]) -> Delivery:

@@ -22,7 +22,7 @@ from service.agent.state import SessionState
 from service.agent.types import ContentBlock, Message
 from service.sessions import history
 from service.sessions.cache import CACHE_MAX_BYTES, SessionCache
-from service.sessions.codec import Loaded, decode_session
+from service.sessions.codec import Loaded, decode_delivery, decode_session
 from service.sessions.delivery import Delivery
 from service.sessions.table import MemoryTable, Row, Table
 
@@ -168,6 +168,22 @@ class SessionStore:
             return
         self._decoded(session_id, seq, loaded)
 
+    def delivery(self, session_id: str) -> Delivery | None:
+        """The session's delivery records (the commands it answered), ``None`` without a
+        session. One not in the cache is not decoded whole: only its head and applied command
+        ids are read, so a cancel or a delete checked as it is read (on the event loop, before
+        its turn prefetches the session) costs the same for a session of any size."""
+        cached = self._cache.peek(self, session_id)
+        if cached is not None:
+            return cached.delivery
+        if session_id in self._deleted:
+            return None
+        found = self.table.get(session_id.encode())
+        if found is None:
+            return None
+        applied = self.table.scan(history.prefix(session_id) + history.APPLIED)
+        return decode_delivery(found[0], dict(applied))
+
     def _read(self, session_id: str) -> tuple[bytes, int, dict[bytes, bytes]] | None:
         """The session's head, event seq and history records as the table holds them."""
         found = self.table.get(session_id.encode())
@@ -252,6 +268,10 @@ class SessionStore:
         """Up to ``limit`` sessions last written before ``before_ms``, oldest first."""
         self.flush()
         return self.table.idle(before_ms, limit)
+
+    def written_ms(self, session_id: str) -> int | None:
+        """When the session's last write that is in the table was committed (epoch ms)."""
+        return self.table.written_ms(session_id.encode())
 
     def __len__(self) -> int:
         self.flush()

@@ -66,6 +66,10 @@ class Table(Protocol):
         """How many sessions (head records) the table holds."""
         ...
 
+    def written_ms(self, key: bytes) -> int | None:
+        """When the record under ``key`` was written (epoch ms), ``None`` without one."""
+        ...
+
     def idle(self, before_ms: int, limit: int) -> list[tuple[str, int]]:
         """Up to ``limit`` sessions last written before ``before_ms``, oldest first, with
         when."""
@@ -108,6 +112,9 @@ class MemoryTable:
 
     def heads(self) -> int:
         return sum(1 for key in self._rows if not is_history_key(key))
+
+    def written_ms(self, key: bytes) -> int | None:
+        return self._written.get(key)
 
     def idle(self, before_ms: int, limit: int) -> list[tuple[str, int]]:
         heads = sorted(
@@ -303,6 +310,11 @@ class SqliteTable:
         with self._io():
             row = self._db.execute("SELECT count(*) FROM kv WHERE head = 1").fetchone()
         return int(row[0])
+
+    def written_ms(self, key: bytes) -> int | None:
+        with self._io():
+            row = self._db.execute("SELECT written_ms FROM kv WHERE key = ?", (key,)).fetchone()
+        return None if row is None else int(row[0])
 
     def idle(self, before_ms: int, limit: int) -> list[tuple[str, int]]:
         with self._io():

@@ -22,6 +22,7 @@ from service.runtime.command_path import CommandPath
 from service.runtime.records import ParsedCommand
 from service.runtime.session_queue import SessionQueues
 from service.runtime.work import CommandWork, InputRecord, Origin, Outcome, OutRecord
+from service.sessions import store as store_module
 from service.sessions.delivery import Delivery
 from service.sessions.store import SessionStore, StoredSession
 from service.settings import TopicSettings
@@ -29,7 +30,7 @@ from service.wire.codec import decode_command
 from service.wire.commands import CancelCommand
 from service.wire.errors import WireError
 from tests.support.agents import CycleModel
-from tests.support.session_records import restored, writer_for
+from tests.support.session_records import decodes_in, restored, writer_for
 
 TOPICS = TopicSettings()
 
@@ -696,3 +697,27 @@ async def test_a_future_dated_delete_leaves_a_cancel_read_after_it_its_cover(
     await t.run(_command("after", 11, ts=now + 2_000))
     assert t.ran == ["after"]
     assert ("between", "cancelled") in t.answered()
+
+
+async def test_a_cancel_read_again_decodes_no_session_until_its_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As it is read, a cancel (or a delete) asks only whether its session answered its id: a
+    session not in memory is not decoded on the event loop for that; its turn decodes it once,
+    off the loop when large."""
+    said = [{"role": "user", "content": [{"text": f"{i} " * 40}]} for i in range(50)]
+    store = SessionStore()
+    store.put("s", StoredSession(SessionState(session_id="s", agent="a", messages=said)))
+    before = _Desk(store)
+    await before.run(before.desk.read(*_cancel(0, ts=100)))
+    monkeypatch.setattr(store_module, "DECODE_OFF_LOOP_BYTES", 1)
+    off_loop, go = decodes_in(monkeypatch)
+    go.set()
+    after = _Desk(restored(before.outcomes))  # the next owner: the session is in its table
+    work = after.desk.read(*_cancel(0, ts=100))  # read again after a restart
+    delete = ParsedCommand(type="delete", command_id="d", session_id="s", agent=None, input=None)
+    after.desk.deleting(_command("d", 1, ts=90), delete)
+    assert off_loop == []
+    await after.run(work)
+    assert off_loop == [True]
+    assert after.answered() == []  # answered before: not again

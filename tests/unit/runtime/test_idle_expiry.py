@@ -3,16 +3,22 @@ a session another partition owns is deleted without one."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
+from collections.abc import Callable
 
 import orjson
+import pytest
 
 from service.agent.state import SessionState
 from service.observability.metrics import Metrics
 from service.runtime.idle_expiry import expire_idle
 from service.runtime.work import Outcome
+from service.sessions import store as store_module
 from service.sessions.delivery import Delivery
-from tests.support.session_records import restored, writer_for
+from service.sessions.store import SessionStore
+from tests.support.session_records import decodes_in, restored, writer_for
 
 EVENTS = "t.events"
 
@@ -175,3 +181,83 @@ async def test_nothing_expires_while_fetches_go_unanswered_nor_for_a_ttl_after()
     [(at, outcome)] = submitted
     assert outcome.state is not None and outcome.state.session_id == "s1"
     assert at - back[0] >= 1.0, "expired within a ttl of the broker's return"
+
+
+def _large_idle() -> SessionStore:
+    said = [{"role": "user", "content": [{"text": f"{i} " * 40}]} for i in range(50)]
+    write = writer_for().write(SessionState("s", agent="a", messages=said), 3, Delivery())
+    return restored([Outcome(state=write)])  # last written at time 0: long idle
+
+
+async def _expire_once(
+    store: SessionStore, decodes: tuple[list[bool], threading.Event], during: Callable[[], None]
+) -> list[Outcome]:
+    """A round of expiry over ``store``; ``during()`` runs on the event loop once a session's
+    decode began (``decodes``, from :func:`decodes_in`), before a decode off the loop may end."""
+    off_loop, go = decodes
+    submitted: list[Outcome] = []
+    checks_after_decode = 0
+
+    def stopping() -> bool:
+        # The check right after the decode lets the round go on; the next one ends it.
+        nonlocal checks_after_decode
+        if go.is_set():
+            checks_after_decode += 1
+        return checks_after_decode >= 2
+
+    expiring = asyncio.create_task(
+        expire_idle(
+            0.001,
+            writer_for(store),
+            submitted.append,
+            _Idle(),  # type: ignore[arg-type]
+            stopping,
+            EVENTS,
+            Metrics(),
+            passed=lambda topic, offset: True,
+            commands_topic=COMMANDS,
+            forgetting=lambda session_id, ids: None,
+            fetched=_now_ms,
+        )
+    )
+    async with asyncio.timeout(10):
+        while not off_loop:
+            await asyncio.sleep(0.01)
+        during()
+        go.set()
+        await expiring
+    return submitted
+
+
+async def test_a_large_idle_session_is_decoded_off_the_event_loop_and_expired(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(store_module, "DECODE_OFF_LOOP_BYTES", 1)
+    decodes = decodes_in(monkeypatch)
+    submitted = await _expire_once(_large_idle(), decodes, lambda: None)
+    off_loop, _ = decodes
+    assert off_loop == [True]
+    [outcome] = submitted
+    assert outcome.state is not None and outcome.state.session_id == "s"
+
+
+async def test_a_session_written_while_expiry_decoded_it_is_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(store_module, "DECODE_OFF_LOOP_BYTES", 1)
+    decodes = decodes_in(monkeypatch)
+    store = _large_idle()
+    writer = writer_for(store)
+
+    def command_ran() -> None:
+        # A command of the session came, ran and committed meanwhile.
+        said = [{"role": "user", "content": [{"text": "again"}]}]
+        write = writer.write(SessionState("s", agent="a", messages=said), 4, Delivery(("c9",)))
+        rows = [(key, value, 4, _now_ms()) for key, value in write.records]
+        store.committed(rows, 0, {"s": write.version})
+        store.flush()
+
+    assert await _expire_once(store, decodes, command_ran) == []
+    assert decodes[0][0] is True  # the write itself read the session too, as a command would
+    kept = store.get("s")
+    assert kept is not None and kept.delivery.answered("c9")

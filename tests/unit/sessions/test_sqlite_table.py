@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from service.sessions.table import SqliteTable, StoreBrokenError
+from service.sessions.table import MemoryTable, SqliteTable, StoreBrokenError
 
 FILE = "store.sqlite"
 
@@ -103,6 +103,7 @@ def test_every_read_and_write_of_a_broken_file_raises_store_broken(tmp_path: Pat
         lambda: table.scan(b"s"),
         lambda: table.heads(),
         lambda: table.idle(10_000, 5),
+        lambda: table.written_ms(b"s1"),
         lambda: table.apply([(b"s1", b"y", 2, 9)], 80),
     ]
     for call in calls:
@@ -110,3 +111,16 @@ def test_every_read_and_write_of_a_broken_file_raises_store_broken(tmp_path: Pat
             call()
     table.close()
     assert not tmp_path.joinpath(FILE).exists()
+
+
+def test_a_record_is_known_by_when_it_was_written_as_in_memory(tmp_path: Path) -> None:
+    rows = [(b"s1", b"a", 1, 1_000), (b"s1\x00m0", b"b", 1, 1_000), (b"s2", b"c", 2, 2_000)]
+    later = [(b"s1", b"d", 3, 5_000), (b"s2", None, 4, 6_000)]
+    sqlite, memory = SqliteTable(tmp_path, max_age_s=3600), MemoryTable()
+    for table in (sqlite, memory):
+        table.apply(rows, 3)
+        table.apply(later, 5)
+    keys = (b"s1", b"s1\x00m0", b"s2", b"s3")
+    assert [sqlite.written_ms(key) for key in keys] == [5_000, 1_000, None, None]
+    assert [memory.written_ms(key) for key in keys] == [5_000, 1_000, None, None]
+    sqlite.close()

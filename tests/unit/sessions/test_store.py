@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterable
 from typing import Any
 
 import pytest
 
 from service.agent.state import SessionState
+from service.runtime.work import Outcome
 from service.sessions import store as store_module
 from service.sessions.cache import SessionCache
 from service.sessions.codec import encode_state
 from service.sessions.delivery import Delivery
 from service.sessions.store import SessionStore, StoredSession, event_seq_header
 from service.sessions.table import MemoryTable, Row, StoreBrokenError
+from tests.support.session_records import decodes_in, restored, writer_for
 
 
 def test_latest_record_wins_and_a_tombstone_deletes() -> None:
@@ -207,28 +208,10 @@ def test_a_session_in_use_stays_decoded_whatever_its_size_until_let_go() -> None
     assert store.get("big") is not first  # read from the table again
 
 
-def _decodes_in(monkeypatch: pytest.MonkeyPatch) -> tuple[list[bool], threading.Event]:
-    """Record, for each decode of a session from the table, whether it ran off the event loop's
-    thread; a decode off it waits for the returned event first."""
-    main = threading.get_ident()
-    off_loop: list[bool] = []
-    go = threading.Event()
-    decode = store_module.decode_session
-
-    def recorded(head: bytes, records: Any) -> Any:
-        off_loop.append(threading.get_ident() != main)
-        if off_loop[-1]:
-            assert go.wait(10)
-        return decode(head, records)
-
-    monkeypatch.setattr(store_module, "decode_session", recorded)
-    return off_loop, go
-
-
 async def test_a_large_session_is_decoded_off_the_event_loop_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    off_loop, go = _decodes_in(monkeypatch)
+    off_loop, go = decodes_in(monkeypatch)
     go.set()
     store = SessionStore()
     big = SessionState(session_id="big", agent="a")
@@ -250,7 +233,7 @@ async def test_a_large_session_is_decoded_off_the_event_loop_once(
 async def test_what_a_prefetch_decoded_is_dropped_if_the_session_was_written_meanwhile(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    off_loop, go = _decodes_in(monkeypatch)
+    off_loop, go = decodes_in(monkeypatch)
     monkeypatch.setattr(store_module, "DECODE_OFF_LOOP_BYTES", 1)
     store = SessionStore()
     store.load(b"s1", encode_state(SessionState(session_id="s1", agent="old")), [])
@@ -282,3 +265,28 @@ async def test_a_small_session_prefetched_is_read_from_the_table_once(
     got = store.get("small")
     assert got is not None and got.state.agent == "a"
     assert reads == [b"small"]
+
+
+def test_the_delivery_of_a_session_not_in_memory_is_read_without_its_conversation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    said = [{"role": "user", "content": [{"text": f"{i} " * 40}]} for i in range(50)]
+    applied = tuple(f"c{i}" for i in range(300))  # more ids than slots: the oldest are dropped
+    delivery = Delivery(applied=applied, cancelled_before_ms=7).through((41, 1_000))
+    write = writer_for().write(SessionState("s", agent="a", messages=said), 3, delivery)
+    table = restored([Outcome(state=write)]).table
+    whole = SessionStore(table).get("s")
+    assert whole is not None and whole.delivery.answered("c299")
+
+    def no_decode(head: bytes, records: Any) -> Any:
+        raise AssertionError("the whole session was decoded")
+
+    monkeypatch.setattr(store_module, "decode_session", no_decode)
+    store = SessionStore(table)
+    assert store.delivery("s") == whole.delivery
+    assert store.delivery("unknown") is None
+    store.drop("s")
+    assert store.delivery("s") is None  # its tombstones not committed yet: gone all the same
+    cached = SessionStore(table)
+    cached.put("s", StoredSession(SessionState("s"), delivery=Delivery(applied=("new",))))
+    assert cached.delivery("s") == Delivery(applied=("new",))
