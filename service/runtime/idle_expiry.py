@@ -17,6 +17,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from aiokafka import TopicPartition
 
@@ -39,28 +40,54 @@ _SAMPLE_S = 0.25
 """How often the fetch answers are looked at between rounds."""
 
 
+@dataclass(slots=True)
+class Outages:
+    """What every owner of an instance saw of the broker's absences (epoch ms): the newest time
+    one saw it away, and the newest time one saw it come back. Shared, so an owner made after
+    the broker came back (its partition reassigned by the rebalance an outage brings, or its
+    owner re-created after a failed commit) still holds expiry for a ttl after the return, even
+    when the owners that saw the outage ended before they saw it end. A process started after
+    an outage knows nothing of it."""
+
+    away_ms: int = 0
+    back_ms: int = 0
+
+    @property
+    def unfinished(self) -> bool:
+        return self.away_ms > self.back_ms
+
+
 class Reachability:
     """When the broker last came back for this owner's input partitions: the end of the newest
     stretch in which ``fetched`` (the newest fetch answer, epoch ms) lagged the wall clock by more
-    than ``OUTAGE_MS``, or went without any answer since the owner started."""
+    than ``OUTAGE_MS``, or went without any answer since the owner started; or, sooner, what the
+    instance's other owners saw (``outages``). An owner made while an outage the instance saw is
+    unfinished counts itself away until its first answer."""
 
-    def __init__(self, fetched: Callable[[], int | None]) -> None:
+    def __init__(self, fetched: Callable[[], int | None], outages: Outages | None = None) -> None:
         self._fetched = fetched
         self._since_ms = int(time.time() * 1000)
-        self._away = False
-        self.back_ms = 0
+        self._outages = outages if outages is not None else Outages()
+        self._away = self._outages.unfinished
+        self._back_ms = 0
+
+    @property
+    def back_ms(self) -> int:
+        return max(self._back_ms, self._outages.back_ms)
 
     def sample(self) -> bool:
-        """Whether fetches are answered now; notes the end of an outage."""
+        """Whether fetches are answered now; notes the start and the end of an outage."""
         now_ms = int(time.time() * 1000)
         heard_ms = self._fetched()
         # Before the first answer, the lag counts from the owner's start.
         lag_ms = now_ms - (heard_ms if heard_ms is not None else self._since_ms)
         if lag_ms > OUTAGE_MS:
             self._away = True
+            self._outages.away_ms = max(self._outages.away_ms, now_ms)
         elif heard_ms is not None and self._away:
-            self._away = False
-            self.back_ms = now_ms
+            self._away = self._outages.unfinished
+            self._back_ms = now_ms
+            self._outages.back_ms = max(self._outages.back_ms, now_ms)
         return heard_ms is not None and not self._away
 
 
@@ -78,6 +105,7 @@ async def expire_idle(
     commands_topic: str,
     forgetting: Callable[[str, Iterable[str]], None],
     fetched: Callable[[], int | None],
+    outages: Outages | None = None,
 ) -> None:
     """Delete, now and then, the sessions written to last more than ``ttl_s`` ago, each with
     a ``session_expired`` event; a session with work queued or a write not yet committed
@@ -85,14 +113,15 @@ async def expire_idle(
     ``passed`` yet (by topic and offset). Returns once ``stopping()`` is true; ``forgetting``
     learns each deleted session's command ids. ``fetched`` gives the time (epoch ms) the broker
     last answered a fetch of every input partition of this owner, ``None`` before each did: no
-    round runs while it lags (see :class:`Reachability`), nor within ``ttl_s`` of its recovery.
+    round runs while it lags (see :class:`Reachability`), nor within ``ttl_s`` of its recovery
+    or of one the instance's other owners saw (``outages``, shared by them).
 
     A session another partition owns (``owns`` says no: a stray copy written on the wrong
     partition before records off their key's partition were refused) is deleted without an
     event: the session itself lives on, on its own partition."""
     store = writer.store
     interval = min(max(ttl_s / 4, 0.5), 60.0)
-    reach = Reachability(fetched)
+    reach = Reachability(fetched, outages)
     ttl_ms = int(ttl_s * 1000)
     while not stopping():
         answered = False

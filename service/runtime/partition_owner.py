@@ -38,7 +38,7 @@ from service.runtime.committer import CommitObserver, Committer
 from service.runtime.control import ControlHandler
 from service.runtime.faults import FaultPoints
 from service.runtime.forks import SessionVersions
-from service.runtime.idle_expiry import expire_idle, fetched_since
+from service.runtime.idle_expiry import Outages, expire_idle, fetched_since
 from service.runtime.invoker import Invoker
 from service.runtime.left_open import (
     Held,
@@ -126,6 +126,9 @@ class OwnerContext:
     """By partition: what an owner that failed decided to publish again and did not publish."""
     cache: SessionCache = field(default_factory=SessionCache)
     """The decoded sessions of every owner, within the instance's one budget."""
+    outages: Outages = field(default_factory=Outages)
+    """What the owners saw of the broker's absences: idle expiry holds after one on every
+    partition, whichever owner saw it."""
 
 
 class _StopRequestedError(Exception):
@@ -387,6 +390,7 @@ class PartitionOwner:
                         commands_topic=self._topics.commands,
                         forgetting=cancels.forgetting,
                         fetched=fetched_since(self._ctx.inputs, inputs),
+                        outages=self._ctx.outages,
                     )
                 )
             self._restored = True

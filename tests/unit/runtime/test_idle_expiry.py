@@ -7,13 +7,14 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 import pytest
 
 from service.agent.state import SessionState
 from service.observability.metrics import Metrics
-from service.runtime.idle_expiry import expire_idle
+from service.runtime.idle_expiry import Outages, expire_idle
 from service.runtime.work import Outcome
 from service.sessions import store as store_module
 from service.sessions.delivery import Delivery
@@ -181,6 +182,41 @@ async def test_nothing_expires_while_fetches_go_unanswered_nor_for_a_ttl_after()
     [(at, outcome)] = submitted
     assert outcome.state is not None and outcome.state.session_id == "s1"
     assert at - back[0] >= 1.0, "expired within a ttl of the broker's return"
+
+
+async def test_an_owner_made_after_an_outage_its_instance_saw_holds_expiry_for_a_ttl() -> None:
+    """The owner that saw the broker go away ended before it came back (its partition was
+    reassigned by the rebalance the outage brought): the next owner, made once the broker
+    answers again, must not take the wall clock's idle time as the session's."""
+    said = [{"role": "user", "content": [{"text": "hi"}]}]
+    write = writer_for().write(SessionState(session_id="s1", messages=said), 3, Delivery())
+    store = restored([Outcome(state=write)])  # last written at time 0
+    outages = Outages()
+    submitted: list[tuple[float, Outcome]] = []
+
+    def run(fetched: Callable[[], int | None], stopping: Callable[[], bool]) -> Any:
+        return expire_idle(
+            1.0,
+            writer_for(store),
+            lambda outcome: submitted.append((time.time(), outcome)),
+            _Idle(),  # type: ignore[arg-type]
+            stopping,
+            EVENTS,
+            Metrics(),
+            passed=lambda topic, offset: True,
+            commands_topic=COMMANDS,
+            forgetting=lambda session_id, ids: None,
+            fetched=fetched,
+            outages=outages,
+        )
+
+    await run(lambda: 1_000, lambda: outages.unfinished)  # it saw the outage, and ended
+    assert submitted == []
+    back = time.time()
+    await run(_now_ms, lambda: bool(submitted))
+    [(at, outcome)] = submitted
+    assert outcome.state is not None and outcome.state.session_id == "s1"
+    assert at - back >= 1.0, "expired within a ttl of the broker's return"
 
 
 def _large_idle() -> SessionStore:

@@ -658,6 +658,27 @@ async def test_a_session_grows_no_idler_while_no_fetch_is_answered(
     assert versions["c3"] > versions["c1"], "c3 ran on a fresh session"
 
 
+async def test_every_owner_of_an_instance_shares_what_it_saw_of_outages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An owner made after the broker came back learns of the outage its predecessors saw."""
+    given: list[object] = []
+
+    async def recorded(*args: Any, outages: object = None, **kwargs: Any) -> None:
+        given.append(outages)
+
+    monkeypatch.setattr(partition_owner, "expire_idle", recorded)
+    kafka = MemoryKafka()
+    async with Instance(kafka, tmp_path) as instance:
+        sessions = instance.settings.sessions.model_copy(update={"idle_ttl_s": 2.0})
+        instance.ctx.settings = instance.settings.model_copy(update={"sessions": sessions})
+        for made in (1, 2):
+            owner, task = instance.owner()
+            await until(lambda made=made: len(given) == made, "its idle expiry started")
+            assert await instance.stop(owner, task) is OwnerExit.STOPPED
+    assert len(given) == 2 and all(seen is instance.ctx.outages for seen in given)
+
+
 def expired(kafka: MemoryKafka) -> list[str]:
     return sorted(
         body["session_id"]
