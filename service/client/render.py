@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from service.agent.outcomes import is_outcome_interrupt
+from service.providers.content import cited_text
 from service.wire.commands import HistoryCommand
 
 _TEXT_WIDTH = 400
@@ -75,6 +76,8 @@ def _clip(text: str, width: int = _TEXT_WIDTH) -> str:
 def block_lines(block: dict[str, Any]) -> list[str]:
     if "text" in block:
         return [_clip(str(block["text"]))]
+    if "citationsContent" in block:
+        return [_cited(block["citationsContent"])]
     if "toolUse" in block:
         use = block["toolUse"]
         return [f"tool call {use.get('name')} {_json(use.get('input'))}  [{use.get('toolUseId')}]"]
@@ -87,6 +90,19 @@ def block_lines(block: dict[str, Any]) -> list[str]:
         status = result.get("status")
         return [f"tool result [{result.get('toolUseId')}] {status}: {_clip(' '.join(parts))}"]
     return [_clip(_json(block))]
+
+
+def _cited(cited: Any) -> str:
+    """A model's text that cites its sources: the text, then the titles of the sources (or how
+    many citations there are, when none has a title)."""
+    citations = cited.get("citations") if isinstance(cited, dict) else None
+    citations = citations if isinstance(citations, list) else []
+    titles = [str(c["title"]) for c in citations if isinstance(c, dict) and c.get("title")]
+    if titles:
+        sources = ", ".join(dict.fromkeys(titles))
+    else:
+        sources = f"{len(citations)} citation{'s' if len(citations) != 1 else ''}"
+    return f"{_clip(cited_text(cited))}  [cited: {_clip(sources, 60)}]"
 
 
 def message_lines(message: dict[str, Any] | None, indent: str = "  ") -> list[str]:
@@ -103,7 +119,11 @@ def message_lines(message: dict[str, Any] | None, indent: str = "  ") -> list[st
 def message_summary(message: dict[str, Any] | None) -> str:
     """One line: the message's text, then the tools it calls."""
     blocks = (message or {}).get("content") or []
-    texts = [str(b["text"]) for b in blocks if isinstance(b, dict) and "text" in b]
+    texts = [
+        str(b["text"]) if "text" in b else cited_text(b["citationsContent"])
+        for b in blocks
+        if isinstance(b, dict) and ("text" in b or "citationsContent" in b)
+    ]
     calls = [
         f"{b['toolUse'].get('name')}({_json(b['toolUse'].get('input'))})"
         for b in blocks

@@ -330,3 +330,26 @@ def test_session_show_shows_the_pending_unknown_outcome(
         f"    {OUTCOME_LINE}",
         f"      id: {T1}",
     ]
+
+
+def test_cited_text_is_shown_with_its_sources() -> None:
+    def cited(*titles: str | None) -> dict[str, Any]:
+        citations = [
+            {"location": {"web": {"url": "u"}}, **({"title": t} if t else {})} for t in titles
+        ]
+        parts = [{"text": "Lisbon is "}, {"text": "sunny."}]
+        return {"citationsContent": {"citations": citations, "content": parts}}
+
+    message = {"role": "assistant", "content": [cited("Forecast", "Forecast", "Almanac")]}
+    assert render.message_lines(message) == [
+        "  assistant: Lisbon is sunny.  [cited: Forecast, Almanac]"
+    ]
+    assert render.block_lines(cited(None, None)) == ["Lisbon is sunny.  [cited: 2 citations]"]
+    assert render.block_lines(cited(None)) == ["Lisbon is sunny.  [cited: 1 citation]"]
+    with_call = {
+        "content": [
+            cited("Forecast"),
+            {"toolUse": {"name": "weather", "input": {}, "toolUseId": "t"}},
+        ]
+    }
+    assert render.message_summary(with_call) == "Lisbon is sunny. -> weather({})"

@@ -287,6 +287,20 @@ async def test_citations_are_kept_as_a_citations_content_block(server: WireServe
     assert server.requests[1].body["messages"][1]["content"] == reply.message["content"]
 
 
+async def test_citations_of_a_block_without_text_are_dropped(server: WireServer) -> None:
+    """Strands hands them on to the reply's next text block, which they do not cite."""
+    citation = {"title": "Handbook", "location": {"documentChar": {"documentIndex": 0}}}
+    events = [
+        wire.message_start(),
+        *wire.cited_block(0, citation, ""),
+        *wire.text_deltas(1, "Bergen is rainy."),
+        *wire.finish("end_turn"),
+    ]
+    server.script(wire.stream(events))
+    _, reply = await run(provider(server))
+    assert reply.message["content"] == [{"text": "Bergen is rainy."}]
+
+
 async def test_history_maps_to_converse_blocks(server: WireServer) -> None:
     png = b"\x89PNG-bytes"
     history = [
