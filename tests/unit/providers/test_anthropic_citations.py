@@ -148,6 +148,19 @@ async def test_cited_text_is_kept_as_citations_content_with_converse_citations(
     assert reply.stop_reason == "end_turn"
 
 
+async def test_citations_of_a_block_without_text_are_dropped(server: WireServer) -> None:
+    """Strands hands them on to the reply's next text block, which they do not cite."""
+    events = [
+        wire.message_start(),
+        *cited_block(0, [CHAR]),
+        *wire.text_block(1, "Bergen is rainy."),
+        *wire.finish("end_turn"),
+    ]
+    server.script(wire.stream(events))
+    _, reply = await collect(provider(server), make_request())
+    assert reply.message["content"] == [{"text": "Bergen is rainy."}]
+
+
 async def test_cited_text_goes_back_as_text_without_its_citations(server: WireServer) -> None:
     """As Strands' format_request sends it; before, an assistant's citationsContent was left
     out of the request and a user's refused."""
