@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import orjson
@@ -45,6 +45,31 @@ class _Idle:
 
     def forget(self, session_id: str) -> None:
         self._reads.pop(session_id, None)
+
+
+def _expiry(
+    store: SessionStore,
+    ttl_s: float,
+    submit: Callable[[Outcome], None],
+    stopping: Callable[[], bool],
+    fetched: Callable[[], int | None],
+    outages: Outages | None = None,
+) -> Coroutine[Any, Any, None]:
+    """Idle expiry over ``store`` of a partition with nothing queued, every offset passed."""
+    return expire_idle(
+        ttl_s,
+        writer_for(store),
+        submit,
+        _Idle(),  # type: ignore[arg-type]
+        stopping,
+        EVENTS,
+        Metrics(),
+        passed=lambda topic, offset: True,
+        commands_topic=COMMANDS,
+        forgetting=lambda session_id, ids: None,
+        fetched=fetched,
+        outages=outages,
+    )
 
 
 async def test_a_stray_copy_and_a_state_of_ids_only_are_deleted_without_an_event() -> None:
@@ -166,18 +191,8 @@ async def test_nothing_expires_while_fetches_go_unanswered_nor_for_a_ttl_after()
             assert not submitted, "expired while no fetch was answered"
         return bool(submitted)
 
-    await expire_idle(
-        1.0,
-        writer_for(store),
-        lambda outcome: submitted.append((time.time(), outcome)),
-        _Idle(),  # type: ignore[arg-type]
-        stopping,
-        EVENTS,
-        Metrics(),
-        passed=lambda topic, offset: True,
-        commands_topic=COMMANDS,
-        forgetting=lambda session_id, ids: None,
-        fetched=fetched,
+    await _expiry(
+        store, 1.0, lambda outcome: submitted.append((time.time(), outcome)), stopping, fetched
     )
     [(at, outcome)] = submitted
     assert outcome.state is not None and outcome.state.session_id == "s1"
@@ -195,20 +210,10 @@ async def test_an_owner_made_after_an_outage_its_instance_saw_holds_expiry_for_a
     submitted: list[tuple[float, Outcome]] = []
 
     def run(fetched: Callable[[], int | None], stopping: Callable[[], bool]) -> Any:
-        return expire_idle(
-            1.0,
-            writer_for(store),
-            lambda outcome: submitted.append((time.time(), outcome)),
-            _Idle(),  # type: ignore[arg-type]
-            stopping,
-            EVENTS,
-            Metrics(),
-            passed=lambda topic, offset: True,
-            commands_topic=COMMANDS,
-            forgetting=lambda session_id, ids: None,
-            fetched=fetched,
-            outages=outages,
-        )
+        def submit(outcome: Outcome) -> None:
+            submitted.append((time.time(), outcome))
+
+        return _expiry(store, 1.0, submit, stopping, fetched, outages)
 
     await run(lambda: 1_000, lambda: outages.unfinished)  # it saw the outage, and ended
     assert submitted == []
@@ -241,21 +246,7 @@ async def _expire_once(
             checks_after_decode += 1
         return checks_after_decode >= 2
 
-    expiring = asyncio.create_task(
-        expire_idle(
-            0.001,
-            writer_for(store),
-            submitted.append,
-            _Idle(),  # type: ignore[arg-type]
-            stopping,
-            EVENTS,
-            Metrics(),
-            passed=lambda topic, offset: True,
-            commands_topic=COMMANDS,
-            forgetting=lambda session_id, ids: None,
-            fetched=_now_ms,
-        )
-    )
+    expiring = asyncio.create_task(_expiry(store, 0.001, submitted.append, stopping, _now_ms))
     async with asyncio.timeout(10):
         while not off_loop:
             await asyncio.sleep(0.01)
