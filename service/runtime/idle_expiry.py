@@ -85,7 +85,7 @@ class Reachability:
             self._away = True
             self._outages.away_ms = max(self._outages.away_ms, now_ms)
         elif heard_ms is not None and self._away:
-            self._away = self._outages.unfinished
+            self._away = False
             self._back_ms = now_ms
             self._outages.back_ms = max(self._outages.back_ms, now_ms)
         return heard_ms is not None and not self._away

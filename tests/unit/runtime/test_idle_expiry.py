@@ -14,7 +14,7 @@ import pytest
 
 from service.agent.state import SessionState
 from service.observability.metrics import Metrics
-from service.runtime.idle_expiry import Outages, expire_idle
+from service.runtime.idle_expiry import Outages, Reachability, expire_idle
 from service.runtime.work import Outcome
 from service.sessions import store as store_module
 from service.sessions.delivery import Delivery
@@ -288,3 +288,15 @@ async def test_a_session_written_while_expiry_decoded_it_is_kept(
     assert decodes[0][0] is True  # the write itself read the session too, as a command would
     kept = store.get("s")
     assert kept is not None and kept.delivery.answered("c9")
+
+
+def test_the_first_answer_after_an_outage_ends_it_for_every_owner() -> None:
+    answers: list[int] = [1_000]  # the newest answer is from long ago: away
+    outages = Outages()
+    seen = Reachability(lambda: answers[-1], outages)
+    assert seen.sample() is False and outages.unfinished
+    later = Reachability(lambda: answers[-1], outages)  # made during it: away too
+    answers.append(_now_ms())
+    assert seen.sample() is True, "answered again: the outage is over"
+    assert not outages.unfinished and seen.back_ms == outages.back_ms > 0
+    assert later.sample() is True and later.back_ms >= outages.back_ms
