@@ -45,7 +45,7 @@ from service.runtime.transactions import (
 )
 from service.runtime.work import OutRecord
 from service.sessions import history
-from service.sessions.codec import decode_session
+from service.sessions.codec import decode_delivery
 from service.sessions.delivery import Delivery
 from service.sessions.store import SessionStore, event_seq_of
 from service.settings import TopicSettings
@@ -200,8 +200,8 @@ async def published_again(
     written = _written(sessions, store)
 
     def restored(session_id: str) -> Done | None:
-        stored = store.get(session_id)
-        return None if stored is None else Done(stored.event_seq, stored.delivery)
+        done = store.done(session_id)
+        return None if done is None else Done(*done)
 
     if written and await _visible_elsewhere(written, restored, tails, topics):
         logger.warning(
@@ -249,8 +249,9 @@ def vouched(left: list[OutRecord], done: View, topics: TopicSettings) -> list[Ou
 
 
 def _written(records: list[OutRecord], store: SessionStore) -> dict[str, Done]:
-    """Each session of the open sessions records as they leave it (its last head there over
-    its restored history records); a session they delete or leave unreadable is left out."""
+    """What each session of the open sessions records leaves done (its last head there over its
+    restored applied command ids), read without decoding its conversation; a session they
+    delete, or whose head or applied ids they leave unreadable, is left out."""
     by_session: dict[str, list[OutRecord]] = {}
     for record in records:
         assert record.key is not None
@@ -261,21 +262,20 @@ def _written(records: list[OutRecord], store: SessionStore) -> dict[str, Done]:
         heads = [r for r in mine if r.key == session_id.encode()]
         if not heads or heads[-1].value is None:
             continue
-        merged: dict[bytes, bytes] = {}
-        for kind in history.LOADED:
-            merged.update(store.table.scan(history.prefix(session_id) + kind))
+        applied = history.prefix(session_id) + history.APPLIED
+        merged = dict(store.table.scan(applied))
         for record in mine:
-            if record.key == session_id.encode() or record.key is None:
+            if record.key is None or not record.key.startswith(applied):
                 continue
             if record.value is None:
                 merged.pop(record.key, None)
             else:
                 merged[record.key] = record.value
         try:
-            loaded = decode_session(heads[-1].value, merged)
+            delivery = decode_delivery(heads[-1].value, merged)
         except ValueError:
             continue
-        written[session_id] = Done(event_seq_of(heads[-1].headers), loaded.delivery)
+        written[session_id] = Done(event_seq_of(heads[-1].headers), delivery)
     return written
 
 

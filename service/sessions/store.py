@@ -173,16 +173,23 @@ class SessionStore:
         session. One not in the cache is not decoded whole: only its head and applied command
         ids are read, so a cancel or a delete checked as it is read (on the event loop, before
         its turn prefetches the session) costs the same for a session of any size."""
+        done = self.done(session_id)
+        return None if done is None else done[1]
+
+    def done(self, session_id: str) -> tuple[int, Delivery] | None:
+        """The session's last event sequence number and its delivery records, ``None`` without
+        a session; read as :meth:`delivery` reads, without decoding its conversation."""
         cached = self._cache.peek(self, session_id)
         if cached is not None:
-            return cached.delivery
+            return cached.event_seq, cached.delivery
         if session_id in self._deleted:
             return None
         found = self.table.get(session_id.encode())
         if found is None:
             return None
+        head, seq = found
         applied = self.table.scan(history.prefix(session_id) + history.APPLIED)
-        return decode_delivery(found[0], dict(applied))
+        return seq, decode_delivery(head, dict(applied))
 
     def _read(self, session_id: str) -> tuple[bytes, int, dict[bytes, bytes]] | None:
         """The session's head, event seq and history records as the table holds them."""

@@ -12,6 +12,7 @@ from aiokafka import TopicPartition
 
 from service.agent.state import SessionState
 from service.observability.metrics import Metrics
+from service.runtime import left_open
 from service.runtime.left_open import (
     Done,
     Held,
@@ -23,6 +24,7 @@ from service.runtime.left_open import (
 )
 from service.runtime.transactions import PROBE_KEY, LeftOpen
 from service.runtime.work import OutRecord
+from service.sessions import store as store_module
 from service.sessions.delivery import Delivery
 from service.sessions.store import SessionStore, event_seq_header
 from service.sessions.table import MemoryTable
@@ -155,6 +157,25 @@ async def test_a_sessions_batch_whose_result_is_committed_is_published_again() -
     tails = Tails(events=[event("s1", 7)], results=[result("s1", "old"), result("s1", "new")])
     assert await again(s.step, s.restored, tails) == s.step
     assert [topic for topic, _ in tails.asked] == ["t.events", "t.results"]
+
+
+async def test_the_decision_decodes_no_conversation(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Only heads and applied command ids are read, so a large session costs the owner's start
+    # no decode of its messages on the event loop.
+    s = steps()
+
+    def whole(*_: Any) -> Any:
+        raise AssertionError("a session was decoded whole")
+
+    monkeypatch.setattr(store_module, "decode_session", whole)
+    monkeypatch.setattr(left_open, "decode_session", whole, raising=False)
+    tails = Tails(events=[event("s1", 9)])
+    assert await again([*s.step, result("s1", "new")], s.restored, tails) == [
+        *s.step,
+        result("s1", "new"),
+    ]
+    redone = [*s.step, result("s1", "old"), result("s1", "new")]
+    assert await again(redone, s.restored, Tails()) == [result("s1", "old")]
 
 
 @pytest.mark.parametrize(

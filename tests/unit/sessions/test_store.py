@@ -284,9 +284,12 @@ def test_the_delivery_of_a_session_not_in_memory_is_read_without_its_conversatio
     monkeypatch.setattr(store_module, "decode_session", no_decode)
     store = SessionStore(table)
     assert store.delivery("s") == whole.delivery
+    assert store.done("s") == (3, whole.delivery)
     assert store.delivery("unknown") is None
     store.drop("s")
     assert store.delivery("s") is None  # its tombstones not committed yet: gone all the same
     cached = SessionStore(table)
     cached.put("s", StoredSession(SessionState("s"), delivery=Delivery(applied=("new",))))
     assert cached.delivery("s") == Delivery(applied=("new",))
+    cached.put("s", StoredSession(SessionState("s"), event_seq=5))
+    assert cached.done("s") == (5, Delivery())
