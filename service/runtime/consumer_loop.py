@@ -17,7 +17,8 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 
-from service.runtime.partition_owner import InFlight, PartitionOwner
+from service.runtime.owner_context import InFlight
+from service.runtime.partition_owner import PartitionOwner
 from service.runtime.transport import InputSource
 
 logger = logging.getLogger(__name__)

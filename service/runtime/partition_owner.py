@@ -22,53 +22,36 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from aiokafka import TopicPartition
 from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
 
-from service.agent.definition import AgentDefinition
-from service.observability.metrics import Metrics
-from service.runtime.answers import Answers
-from service.runtime.cancels import CancelDesk
-from service.runtime.command_path import NOT_THE_RECORDS, CommandPath
-from service.runtime.committer import CommitObserver, Committer
+from service.runtime.command_path import NOT_THE_RECORDS
 from service.runtime.control import ControlHandler
-from service.runtime.faults import FaultPoints
-from service.runtime.forks import SessionVersions
-from service.runtime.idle_expiry import Outages, expire_idle, fetched_since
-from service.runtime.invoker import Invoker
+from service.runtime.idle_expiry import expire_idle, fetched_since
 from service.runtime.left_open import (
-    Held,
     Repairing,
     published,
     repaired_partitions,
     restore_repaired,
 )
 from service.runtime.offsets import OffsetTracker
-from service.runtime.partitioning import session_owner
+from service.runtime.owner_context import OwnerContext
+from service.runtime.partition_parts import PartitionParts, assemble
 from service.runtime.records import parse_command
-from service.runtime.restore import Sessions
 from service.runtime.session_queue import SessionQueues
 from service.runtime.stable_starts import stable_starts
-from service.runtime.standby import Standby
-from service.runtime.streams import Streams
 from service.runtime.transactions import (
     SETTLE_S,
     WATCH_S,
     find_left_open,
     watch_stable_offsets,
 )
-from service.runtime.transport import CommitFailedError, InputSource
+from service.runtime.transport import CommitFailedError
 from service.runtime.txn_stream import GroupFencedError, TransactionStream
 from service.runtime.work import CommandWork, InputRecord
-from service.sessions.cache import SessionCache
 from service.sessions.store import SessionStore
 from service.sessions.table import SqliteTable
-from service.sessions.writer import SessionWriter
-from service.settings import Settings
 from service.wire.errors import WireError
 
 logger = logging.getLogger(__name__)
@@ -82,53 +65,6 @@ class OwnerExit(enum.Enum):
     STOPPED = "stopped"
     FENCED = "fenced"
     FAILED = "failed"
-
-
-class InFlight:
-    """Commands accepted by this instance and not yet committed; drives fetch backpressure."""
-
-    __slots__ = ("count", "limit")
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.count = 0
-
-    @property
-    def full(self) -> bool:
-        return self.count >= self.limit
-
-
-@dataclass(slots=True)
-class OwnerContext:
-    """What every owner of this instance shares."""
-
-    settings: Settings
-    agents: Mapping[str, AgentDefinition]
-    inputs: InputSource
-    """The instance's group consumer of the input topics (shared with the consumer loop)."""
-    streams: Streams
-    """Where each owner's transactions go (the instance's stream or one of its own)."""
-    inflight: InFlight
-    faults: FaultPoints
-    on_restored: Callable[[int], None]
-    sessions: Sessions
-    store_root: Path
-    """Folder of the local session stores, one subfolder per partition."""
-    standby: Standby | None = None
-    """Follows the partitions not owned here; an owner takes its partition's table from it."""
-    observer: CommitObserver | None = None
-    metrics: Metrics = field(default_factory=Metrics)
-    partitions: int | None = None
-    """Partition count of the input topics: a record whose key belongs on another partition
-    (Kafka's default partitioner) is refused, and no state of a session another partition owns
-    is written. ``None``: not checked (records placed without regard to their keys)."""
-    held: dict[int, Held] = field(default_factory=dict)
-    """By partition: what an owner that failed decided to publish again and did not publish."""
-    cache: SessionCache = field(default_factory=SessionCache)
-    """The decoded sessions of every owner, within the instance's one budget."""
-    outages: Outages = field(default_factory=Outages)
-    """What the owners saw of the broker's absences: idle expiry holds after one on every
-    partition, whichever owner saw it."""
 
 
 class _StopRequestedError(Exception):
@@ -150,12 +86,9 @@ class PartitionOwner:
         self._restored = False
         self._stop_requested = asyncio.Event()
         self._grace_s = 0.0
+        self._parts: PartitionParts | None = None
         self._queues: SessionQueues | None = None
-        self._committer: Committer | None = None
-        self._store: SessionStore | None = None
         self._control: ControlHandler | None = None
-        self._cancels: CancelDesk | None = None
-        self._path: CommandPath | None = None
         self._table: SqliteTable | None = None
         self._drained = False
         """The owner stopped with its last commit done (its local store can be trusted)."""
@@ -170,7 +103,7 @@ class PartitionOwner:
     @property
     def transactions(self) -> int:
         """Transactions this owner committed."""
-        return self._committer.transactions if self._committer is not None else 0
+        return self._parts.committer.transactions if self._parts is not None else 0
 
     def accept(self, record: InputRecord) -> None:
         """Take a fetched record of this partition (called by the consumer loop, in order)."""
@@ -223,8 +156,8 @@ class PartitionOwner:
             self._accepting = False
             self._ctx.inflight.count -= self._accepted - self._finished
             self._accepted = self._finished
-            if self._store is not None:
-                self._store.release()
+            if self._parts is not None:
+                self._parts.store.release()
             if self._table is not None:
                 if self._drained:
                     self._table.mark_clean()
@@ -278,52 +211,16 @@ class PartitionOwner:
             self._ctx.held,
             Repairing(self._topics, self.partition, self._ctx.metrics, SETTLE_S),
         )
-        writer = SessionWriter(
+        self._parts = parts = assemble(
+            self.partition,
+            self._ctx,
+            stream,
             store,
-            record_max_bytes=settings.runtime.state_record_max_bytes,
-            versions_kept=settings.sessions.versions_kept,
-        )
-        committer = Committer(
-            stream=stream,
-            sessions_topic=self._topics.sessions,
-            partition=self.partition,
-            trackers=self._trackers,
-            interval_s=settings.runtime.commit_interval_ms / 1000,
-            offsets_every_s=settings.runtime.offsets_every_ms / 1000,
-            observer=self._ctx.observer,
+            self._trackers,
             on_finished=self._on_finished,
-            on_durable=store.committed,
-            metrics=self._ctx.metrics,
-        )
-        answers = Answers(
-            writer=writer,
-            submit=committer.submit,
-            topics=self._topics,
-            metrics=self._ctx.metrics,
-            max_bytes=settings.runtime.state_record_max_bytes,
-        )
-        invoker = Invoker(
-            writer=writer,
-            submit=committer.submit,
-            durable=committer.flush,
             stopping=self._stop_requested.is_set,
-            topics=self._topics,
-            answers=answers,
-            state_max_bytes=settings.runtime.state_record_max_bytes,
-            result_max_bytes=settings.sessions.result_max_bytes,
-            metrics=self._ctx.metrics,
         )
-        self._committer = committer
-        self._store = store
-        cancels = CancelDesk(
-            writer=writer,
-            submit=committer.submit,
-            topics=self._topics,
-            metrics=self._ctx.metrics,
-            durable=committer.flush,
-            settled=committer.settled_before,
-        )
-        self._cancels = cancels
+        committer, cancels, path = parts.committer, parts.cancels, parts.path
         # The claim, before any work: the partition's offsets name this instance's producer from
         # now on (so a successor knows whom to fence), under this generation; what the committed
         # state says happened becomes visible before anything else.
@@ -338,31 +235,6 @@ class PartitionOwner:
                     written,
                     limit_s=settings.runtime.commit_timeout_s + WATCH_S,
                 )
-            )
-            owns = session_owner(self.partition, self._ctx.partitions)
-            self._path = path = CommandPath(
-                store=store,
-                cancels=cancels,
-                invoker=invoker,
-                answers=answers,
-                submit=committer.submit,
-                agents=self._ctx.agents,
-                topics=self._topics,
-                versions=SessionVersions(
-                    store=store,
-                    writer=writer,
-                    answers=answers,
-                    submit=committer.submit,
-                    topics=self._topics,
-                    session_records=self._ctx.sessions.session_records,
-                    max_bytes=settings.runtime.state_record_max_bytes,
-                    metrics=self._ctx.metrics,
-                    settled=committer.settled_before,
-                ),
-                faults=self._ctx.faults,
-                metrics=self._ctx.metrics,
-                owns=owns,
-                settled=committer.settled_before,
             )
             self._queues = SessionQueues(
                 tasks, path.handle, track_reads=settings.sessions.idle_ttl_s is not None
@@ -379,13 +251,13 @@ class PartitionOwner:
                 tasks.create_task(
                     expire_idle(
                         ttl_s,
-                        writer,
+                        parts.writer,
                         committer.submit,
                         self._queues,
                         self._stop_requested.is_set,
                         self._topics.events,
                         self._ctx.metrics,
-                        owns,
+                        parts.owns,
                         passed=committer.passed,
                         commands_topic=self._topics.commands,
                         forgetting=cancels.forgetting,
@@ -408,8 +280,9 @@ class PartitionOwner:
         The last commit carries the input offsets, so the next owner starts after the last
         answered command instead of re-reading what finished since offsets last joined.
         """
-        queues, committer, store = self._queues, self._committer, self._store
-        assert queues is not None and committer is not None and store is not None
+        queues, parts = self._queues, self._parts
+        assert queues is not None and parts is not None
+        committer, store = parts.committer, parts.store
         queues.close()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._grace_s
@@ -465,26 +338,25 @@ class PartitionOwner:
         except NOT_THE_RECORDS:
             raise
         except Exception as exc:  # noqa: BLE001 - a poison record must not stop the partition
-            assert self._path is not None
-            self._path.record_failed(record, exc)
+            assert self._parts is not None
+            self._parts.path.record_failed(record, exc)
 
     def _route_record(self, record: InputRecord) -> None:
         if record.origin.topic == self._topics.control:
             assert self._control is not None
             self._control.handle(record)
             return
-        assert self._queues is not None and self._path is not None
+        assert self._queues is not None and self._parts is not None
         try:
             command = parse_command(
                 record, self._ctx.settings.runtime.state_record_max_bytes, self._ctx.partitions
             )
         except WireError as exc:
-            refused = self._path.undecodable(record, exc)
+            refused = self._parts.path.undecodable(record, exc)
             if refused is not None:
                 self._queues.put(refused)
             return
         work = CommandWork(record, command.session_id, command)
         if command.type == "delete":
-            assert self._cancels is not None
-            self._cancels.deleting(work, command)
+            self._parts.cancels.deleting(work, command)
         self._queues.put(work)

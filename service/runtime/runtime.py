@@ -37,7 +37,8 @@ from service.runtime.faults import FaultPoints
 from service.runtime.group_member import KafkaGroupMember, MembershipWatch
 from service.runtime.kafka_transport import KafkaInput, KafkaTransport
 from service.runtime.loop_lag import LoopLag
-from service.runtime.partition_owner import InFlight, OwnerContext, OwnerExit, PartitionOwner
+from service.runtime.owner_context import InFlight, OwnerContext
+from service.runtime.partition_owner import OwnerExit, PartitionOwner
 from service.runtime.rebalance import RebalanceListener
 from service.runtime.restart_backoff import RestartBackoff
 from service.runtime.restore import SessionsReader

@@ -19,7 +19,8 @@ from service.agent.provider import ModelChunk, ModelRequest
 from service.runtime import partition_owner, stable_starts, transactions
 from service.runtime.consumer_loop import ConsumerLoop
 from service.runtime.faults import FaultPoints
-from service.runtime.partition_owner import InFlight, OwnerContext, OwnerExit, PartitionOwner
+from service.runtime.owner_context import InFlight, OwnerContext
+from service.runtime.partition_owner import OwnerExit, PartitionOwner
 from service.runtime.streams import InstanceStream, PartitionStreams
 from service.runtime.txn_stream import TransactionStream
 from service.settings import Settings

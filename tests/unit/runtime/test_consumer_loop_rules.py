@@ -14,7 +14,8 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaConnectionError
 
 from service.runtime.consumer_loop import ConsumerLoop
-from service.runtime.partition_owner import InFlight, PartitionOwner
+from service.runtime.owner_context import InFlight
+from service.runtime.partition_owner import PartitionOwner
 from service.runtime.transport import InputSource
 from service.runtime.work import InputRecord, OutRecord
 from tests.support.memory_kafka import MemoryInput, MemoryKafka, assert_every_call_failed
