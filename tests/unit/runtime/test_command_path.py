@@ -509,15 +509,23 @@ async def test_a_command_the_wire_refuses_still_gets_its_metadata_echoed(
         [],
         100,
     )
+    answer = await _answer_of_invalid(t, record, partitions=4)
+    assert answer["metadata"] == METADATA
+    assert "metadata_truncated" not in answer
+
+
+async def _answer_of_invalid(
+    t: Harness, record: InputRecord, *, partitions: int | None = None
+) -> Any:
+    """The one result answering ``record``, which the command path refuses as invalid."""
     with pytest.raises(WireError) as refused:
-        parse_command(record, partitions=4)
+        parse_command(record, partitions=partitions)
     work = t.path.undecodable(record, refused.value)
     assert work is not None
     await t.path.handle(work)
     [answer] = t.results()
     assert answer["error"]["code"] == "invalid_command"
-    assert answer["metadata"] == METADATA
-    assert "metadata_truncated" not in answer
+    return answer
 
 
 def _nested(levels: int) -> Any:
@@ -544,11 +552,5 @@ async def test_a_refusal_echoes_metadata_only_as_an_object_within_the_nesting_li
     t = Harness()
     value = json.dumps(body).encode()
     record = InputRecord(Origin(TOPICS.commands, 0, 9), b"s", value, [], 100)
-    with pytest.raises(WireError) as refused:
-        parse_command(record)
-    work = t.path.undecodable(record, refused.value)
-    assert work is not None
-    await t.path.handle(work)
-    [answer] = t.results()
-    assert answer["error"]["code"] == "invalid_command"
+    answer = await _answer_of_invalid(t, record)
     assert answer["metadata"] == echoed
