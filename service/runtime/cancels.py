@@ -98,6 +98,13 @@ class CancelDesk:
         self._control_before: dict[Origin, int] = {}
 
     @property
+    def tracking(self) -> int:
+        """Sessions the desk keeps something for until a turn comes: a cancel or a delete read
+        and not answered, a running command, a target not read yet (what it remembers for
+        repeats is bounded apart, by :data:`REMEMBERED_SESSIONS`)."""
+        return len(self._reach.keys() | self._targets.keys() | self._running.keys())
+
+    @property
     def ledger(self) -> ControlLedger:
         """The partition's control records on their way through session queues."""
         return self._held.ledger
@@ -198,7 +205,7 @@ class CancelDesk:
             await self._settled(control)
         if self._durable is not None:
             await self._durable()
-        reach = self._reach.get(session_id, {}).pop(command.command_id, None)
+        reach = self._take_reach(session_id, command.command_id)
         if reach is None:
             reach = CancelReach(self._until(work.record), None)
         stored = self._store.get(session_id)
@@ -400,7 +407,7 @@ class CancelDesk:
             self._submit(Outcome(finished=[origin]))
             self.ledger.answered(origin.offset)
             return
-        reach = self._reach.get(session_id, {}).pop(cancel.command_id, None)
+        reach = self._take_reach(session_id, cancel.command_id)
         if reach is None:
             reach = CancelReach(self._until(work.record), cancel.target_command_id)
         stored = self._store.get(session_id)
@@ -441,6 +448,17 @@ class CancelDesk:
             reach.stopped,
             reach.resolved,
         )
+
+    def _take_reach(self, session_id: str, command_id: str) -> CancelReach | None:
+        """What the cancel or delete ``command_id`` reached since it was read, forgotten now
+        that its turn came (with the session's entry once it holds no other)."""
+        reaches = self._reach.get(session_id)
+        if reaches is None:
+            return None
+        reach = reaches.pop(command_id, None)
+        if not reaches:
+            del self._reach[session_id]
+        return reach
 
     def _forget_target(self, session_id: str, command_id: str) -> None:
         targets = self._targets.get(session_id)

@@ -721,3 +721,27 @@ async def test_a_cancel_read_again_decodes_no_session_until_its_turn(
     await after.run(work)
     assert off_loop == [True]
     assert after.answered() == []  # answered before: not again
+
+
+async def test_a_desk_keeps_nothing_of_a_session_once_its_cancels_and_deletes_are_answered() -> (
+    None
+):
+    # A desk lives as long as its partition's owner: what it keeps for a cancel or a delete
+    # until its turn must go with the answer, or it grows with every session ever cancelled.
+    t = _Desk(_applied_store("earlier"))
+    offset = 0
+    for session_id in ("s", "other", "third"):
+        for target in (None, "later"):
+            offset += 1
+            record = InputRecord(
+                Origin(TOPICS.control, 0, offset), session_id.encode(), b"{}", [], 100
+            )
+            cancel = CancelCommand(
+                command_id=f"x{offset}", session_id=session_id, target_command_id=target
+            )
+            work = t.desk.read(record, cancel)
+            assert t.desk.tracking > 0
+            await t.run(work)
+    await _delete(t)
+    assert len(t.answered()) == 7
+    assert t.desk.tracking == 0
