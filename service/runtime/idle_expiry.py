@@ -128,6 +128,7 @@ async def expire_idle(
         for _ in range(max(1, round(interval / _SAMPLE_S))):
             await asyncio.sleep(min(interval, _SAMPLE_S))
             answered = reach.sample()
+        queues.forget_passed(passed)
         now_ms = int(time.time() * 1000)
         if not answered or now_ms - reach.back_ms < ttl_ms:
             continue

@@ -86,6 +86,23 @@ class SessionQueues:
         if self._reads is not None:
             self._reads.pop(session_id, None)
 
+    def forget_passed(self, passed: Callable[[str, int], bool]) -> None:
+        """Forget the reads of every session with nothing queued whose records read are all
+        behind the input offsets (``passed``, by topic and offset, which only moves on): they
+        would hold nothing back any more. So the reads kept are those of the sessions read
+        since the offsets last moved, not of every session ever read (a deleted one, or one
+        with no state to expire)."""
+        if self._reads is None:
+            return
+        done = [
+            session_id
+            for session_id, reads in self._reads.items()
+            if session_id not in self._queues
+            and all(passed(topic, offset) for topic, offset in reads.items())
+        ]
+        for session_id in done:
+            del self._reads[session_id]
+
     async def _drain(self, session_id: str) -> None:
         queue = self._queues[session_id]
         try:

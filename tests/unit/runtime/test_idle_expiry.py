@@ -15,7 +15,8 @@ import pytest
 from service.agent.state import SessionState
 from service.observability.metrics import Metrics
 from service.runtime.idle_expiry import Outages, Reachability, expire_idle
-from service.runtime.work import Outcome
+from service.runtime.session_queue import SessionQueues
+from service.runtime.work import CommandWork, InputRecord, Origin, Outcome
 from service.sessions import store as store_module
 from service.sessions.delivery import Delivery
 from service.sessions.store import SessionStore
@@ -45,6 +46,9 @@ class _Idle:
 
     def forget(self, session_id: str) -> None:
         self._reads.pop(session_id, None)
+
+    def forget_passed(self, passed: Callable[[str, int], bool]) -> None:
+        pass
 
 
 def _expiry(
@@ -300,3 +304,38 @@ def test_the_first_answer_after_an_outage_ends_it_for_every_owner() -> None:
     assert seen.sample() is True, "answered again: the outage is over"
     assert not outages.unfinished and seen.back_ms == outages.back_ms > 0
     assert later.sample() is True and later.back_ms >= outages.back_ms
+
+
+async def test_a_round_forgets_the_reads_the_input_offsets_passed() -> None:
+    # Sessions with no state to expire (a deleted one, a refused one) are still read: each
+    # round lets go of what the offsets passed, so the owner does not keep them for its life.
+    async def handle(work: CommandWork) -> None:
+        pass
+
+    async with asyncio.TaskGroup() as tasks:
+        queues = SessionQueues(tasks, handle, track_reads=True)
+        for offset, session in enumerate(["deleted", "refused"]):
+            record = InputRecord(Origin(COMMANDS, 0, offset), session.encode(), b"", [], 0)
+            queues.put(CommandWork(record, session, None))
+        await asyncio.wait_for(queues.wait_idle(), 5)
+        deadline = time.monotonic() + 10
+
+        def stopping() -> bool:
+            return not queues.reads("deleted") or time.monotonic() > deadline
+
+        await expire_idle(
+            2,
+            writer_for(),
+            lambda outcome: None,
+            queues,
+            stopping,
+            EVENTS,
+            Metrics(),
+            passed=lambda topic, offset: offset < 1,
+            commands_topic=COMMANDS,
+            forgetting=lambda session_id, ids: None,
+            fetched=_now_ms,
+        )
+        # Only the read the offsets passed is forgotten.
+        assert queues.reads("deleted") == {}
+        assert queues.reads("refused") == {COMMANDS: 1}

@@ -130,3 +130,36 @@ async def test_a_record_put_while_the_task_group_ends_is_left_for_the_next_owner
     assert put and [type(e) for e in failed.value.exceptions] == [ValueError]
     assert queues is not None and handled == []
     await asyncio.wait_for(queues.wait_idle(), 1)
+
+
+async def test_reads_are_kept_only_until_the_input_offsets_pass_them() -> None:
+    # A session never expired (deleted, or with no state) must not be remembered for the
+    # owner's life: what is kept is bounded by what was read since the offsets last moved.
+    gate = asyncio.Event()
+
+    async def handle(work: CommandWork) -> None:
+        if work.session_id == "busy":
+            await gate.wait()
+
+    committed = 0
+
+    def passed(topic: str, offset: int) -> bool:
+        return offset < committed
+
+    async with asyncio.TaskGroup() as tasks:
+        queues = SessionQueues(tasks, handle, track_reads=True)
+        for offset, session in enumerate(["gone", "busy", "late", "gone"]):
+            queues.put(_work(session, offset))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        committed = 3
+        queues.forget_passed(passed)
+        # "gone" read at 3, not passed yet; "busy" still queued; "late" passed.
+        assert [s for s in ("gone", "busy", "late") if queues.reads(s)] == ["gone", "busy"]
+        committed = 10
+        queues.forget_passed(passed)
+        assert queues.reads("gone") == {} and queues.reads("busy") == {"c": 1}
+        gate.set()
+        await asyncio.wait_for(queues.wait_idle(), 5)
+        queues.forget_passed(passed)
+        assert queues.reads("busy") == {}
