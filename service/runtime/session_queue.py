@@ -39,8 +39,11 @@ class SessionQueues:
         if self._closed:
             return
         if self._reads is not None:
+            # Kept in the order of each session's newest read (see forget_passed).
             origin = work.record.origin
-            self._reads.setdefault(work.session_id, {})[origin.topic] = origin.offset
+            reads = self._reads.pop(work.session_id, None) or {}
+            reads[origin.topic] = origin.offset
+            self._reads[work.session_id] = reads
         queue = self._queues.get(work.session_id)
         if queue is not None:
             queue.append(work)
@@ -87,19 +90,24 @@ class SessionQueues:
             self._reads.pop(session_id, None)
 
     def forget_passed(self, passed: Callable[[str, int], bool]) -> None:
-        """Forget the reads of every session with nothing queued whose records read are all
-        behind the input offsets (``passed``, by topic and offset, which only moves on): they
-        would hold nothing back any more. So the reads kept are those of the sessions read
-        since the offsets last moved, not of every session ever read (a deleted one, or one
-        with no state to expire)."""
+        """Forget the reads the input offsets passed (``passed``, by topic and offset, which
+        only moves on): they would hold nothing back any more. So what is kept is the reads of
+        the sessions read since the offsets last moved, not of every session ever read (a
+        deleted one, or one with no state to expire).
+
+        Sessions are looked at oldest newest-read first, and the look ends at the first one
+        not passed and not busy (the sessions read after it are, but for a few on the other
+        input topic, not passed either): a call costs what it forgets, not what is kept.
+        """
         if self._reads is None:
             return
-        done = [
-            session_id
-            for session_id, reads in self._reads.items()
-            if session_id not in self._queues
-            and all(passed(topic, offset) for topic, offset in reads.items())
-        ]
+        done = []
+        for session_id, reads in self._reads.items():
+            if session_id in self._queues:
+                continue  # running or queued: its newest read is not finished yet
+            if not all(passed(topic, offset) for topic, offset in reads.items()):
+                break
+            done.append(session_id)
         for session_id in done:
             del self._reads[session_id]
 

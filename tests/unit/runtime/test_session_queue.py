@@ -163,3 +163,26 @@ async def test_reads_are_kept_only_until_the_input_offsets_pass_them() -> None:
         await asyncio.wait_for(queues.wait_idle(), 5)
         queues.forget_passed(passed)
         assert queues.reads("busy") == {}
+
+
+async def test_forgetting_reads_looks_no_further_than_the_first_read_not_passed() -> None:
+    async def handle(work: CommandWork) -> None:
+        pass
+
+    asked: list[int] = []
+
+    def passed(topic: str, offset: int) -> bool:
+        asked.append(offset)
+        return offset < 10
+
+    async with asyncio.TaskGroup() as tasks:
+        queues = SessionQueues(tasks, handle, track_reads=True)
+        for offset in range(1_000):
+            queues.put(_work(f"s{offset}", offset))
+        # Read again: the newest read of s0 is now the latest of all.
+        queues.put(_work("s0", 1_000))
+        await asyncio.wait_for(queues.wait_idle(), 5)
+        queues.forget_passed(passed)
+    assert asked == list(range(1, 11))
+    assert not queues.reads("s9") and queues.reads("s10") == {"c": 10}
+    assert queues.reads("s0") == {"c": 1_000}
