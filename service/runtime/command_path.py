@@ -283,6 +283,10 @@ class CommandPath:
         session's queue when it names its session and id (step 3 of :meth:`handle`; one of a
         session another partition owns is refused before the steps, without its state), else
         ``None``: dead-lettered with the wire's reason and code when it names none."""
+        # The work keeps the error, not its tracebacks (its own, and the one of the error it
+        # replaced): they hold the frames that read the record, whose locals hold the work, in
+        # a cycle only the collector frees.
+        error.__traceback__ = error.__context__ = error.__cause__ = None
         if error.answerable and error.session_id is not None:
             work = CommandWork(record, error.session_id, None, error)
             if self._owns is None or self._owns(error.session_id):

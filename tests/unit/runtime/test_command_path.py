@@ -6,8 +6,10 @@ store are the real ones (none of them touches Kafka).
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -554,3 +556,39 @@ async def test_a_refusal_echoes_metadata_only_as_an_object_within_the_nesting_li
     record = InputRecord(Origin(TOPICS.commands, 0, 9), b"s", value, [], 100)
     answer = await _answer_of_invalid(t, record)
     assert answer["metadata"] == echoed
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {**INVOKE_S, "oops": 1},  # refused by the model's validation (an error it replaced)
+        {**INVOKE_S, "type": "nope"},
+        {"type": "invoke"},  # no ids: dead-lettered
+    ],
+    ids=["invalid", "unknown-type", "unaddressable"],
+)
+async def test_a_refused_record_is_freed_without_the_cycle_collector(value: dict[str, Any]) -> None:
+    # The reader catches the error and keeps the work in a local: if the work kept the
+    # error's tracebacks, every refused record would wait for a full collection, which the
+    # service's collector thresholds make rare.
+    t = Harness()
+    record = InputRecord(Origin(TOPICS.commands, 0, 9), b"s", orjson.dumps(value), [], 100)
+
+    def read() -> tuple[weakref.ref[WireError], CommandWork | None]:
+        try:
+            parse_command(record)
+        except WireError as exc:
+            work = t.path.undecodable(record, exc)
+            return weakref.ref(exc), work
+        raise AssertionError("the record decoded")
+
+    gc.disable()
+    try:
+        error, work = read()
+        if work is not None:
+            await t.path.handle(work)
+        del work
+        t.outcomes.clear()
+        assert error() is None
+    finally:
+        gc.enable()
