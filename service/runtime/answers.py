@@ -11,7 +11,9 @@ are the only places either is built.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from service.agent.state import SessionState
@@ -24,7 +26,10 @@ from service.sessions.store import StoredSession
 from service.sessions.writer import SessionWriter
 from service.settings import TopicSettings
 from service.wire.codec import refused_metadata
+from service.wire.dlq import DLQ_HEADERS_DROPPED
 from service.wire.errors import ErrorCode
+
+logger = logging.getLogger(__name__)
 
 FALLBACK_RESULT_MAX_BYTES = 16_384
 """Bound of the error result that replaces an output the broker refused: echoed metadata above
@@ -162,7 +167,21 @@ class Answers:
         return None
 
     def _dead_letter(self, record: InputRecord, reason: str, code: ErrorCode) -> OutRecord:
-        return dlq_record(self._topics.dlq, record, reason, code)
+        try:
+            return dlq_record(self._topics.dlq, record, reason, code)
+        except Exception as exc:  # noqa: BLE001 - a record must never defeat its own dead letter
+            # Its key and value are bytes and go as they came; what else it holds is left out,
+            # and the dead letter says how many of its headers.
+            logger.warning(
+                "topic=<%s>, offset=<%d>, error=<%s> | dead letter unbuildable with the record's "
+                "headers: sent without them",
+                record.origin.topic,
+                record.origin.offset,
+                exc,
+            )
+            bare = dlq_record(self._topics.dlq, replace(record, headers=[]), reason, code)
+            dropped = (DLQ_HEADERS_DROPPED, str(len(record.headers)).encode())
+            return replace(bare, headers=[*bare.headers, dropped])
 
 
 def state_before(stored: StoredSession | None, session_id: str) -> SessionState:

@@ -10,7 +10,7 @@ leaves off of the original to fit is named in its headers.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from service.agent.definition import AgentDefinition
@@ -24,7 +24,7 @@ from service.agent.errors import (
 )
 from service.agent.invocation import Invocation, plan
 from service.agent.state import SessionState
-from service.runtime.work import CommandWork, OutRecord
+from service.runtime.work import CommandWork, Header, OutRecord
 from service.sessions.store import StoredSession
 from service.wire.codec import json_object
 from service.wire.dlq import DLQ_HEADERS_DROPPED, DLQ_TRUNCATED_FROM, split_dlq_headers
@@ -168,7 +168,7 @@ _LOSS_HEADERS = [(DLQ_TRUNCATED_FROM, b"9" * 20), (DLQ_HEADERS_DROPPED, b"9" * 2
 """The headers naming a loss at their largest, set aside before anything else is fitted."""
 
 
-def _first_that_fit(headers: list[tuple[str, bytes]], room: int) -> list[tuple[str, bytes]]:
+def _first_that_fit(headers: list[Header], room: int) -> list[Header]:
     """The longest run of ``headers`` from the first that fits ``room``: a prefix, so that the
     count left off tells a reader exactly which ones are missing."""
     used = 0
@@ -179,9 +179,9 @@ def _first_that_fit(headers: list[tuple[str, bytes]], room: int) -> list[tuple[s
     return headers
 
 
-def _headers_size(headers: list[tuple[str, bytes]]) -> int:
-    return sum(len(name.encode()) + len(data) + 8 for name, data in headers)
+def _headers_size(headers: Sequence[Header]) -> int:
+    return sum(len(name.encode()) + len(data or b"") + 8 for name, data in headers)
 
 
-def _size(key: bytes | None, value: bytes, headers: list[tuple[str, bytes]]) -> int:
+def _size(key: bytes | None, value: bytes, headers: Sequence[Header]) -> int:
     return len(key or b"") + len(value) + _headers_size(headers) + _RECORD_OVERHEAD

@@ -322,15 +322,27 @@ class CommandPath:
         return None
 
     def record_failed(self, record: InputRecord, exc: Exception) -> None:
-        """Dead-letter a record whose routing failed before it reached a session queue."""
+        """Dead-letter a record whose routing failed before it reached a session queue; one
+        that cannot even be dead-lettered is skipped (logged), never left to stop the
+        partition."""
+        where = (session_key(record), record.origin.topic, record.origin.offset)
+        try:
+            self._answers.dead_letter(record, _reason(exc), "internal")
+        except Exception as failure:
+            logger.error(
+                "key=<%s>, topic=<%s>, offset=<%d>, failure=<%r> | record failed unexpectedly "
+                "and its dead letter too: skipped",
+                *where,
+                failure,
+                exc_info=exc,
+            )
+            self._submit(Outcome(finished=[record.origin], replay_unsafe=True))
+            return
         logger.error(
             "key=<%s>, topic=<%s>, offset=<%d> | record failed unexpectedly, sent to the dlq",
-            session_key(record),
-            record.origin.topic,
-            record.origin.offset,
+            *where,
             exc_info=exc,
         )
-        self._answers.dead_letter(record, _reason(exc), "internal")
 
     def _failed(self, work: CommandWork, exc: Exception, *, applied_before: bool) -> None:
         """Answer ``work`` after an unexpected failure (step 8 of :meth:`handle`)."""

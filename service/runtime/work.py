@@ -6,7 +6,7 @@ offsets it finishes are committed in the same transaction or not at all.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from service.runtime.records import ParsedCommand
 
 __all__ = ["CommandWork", "InputRecord", "Origin", "OutRecord", "Outcome", "StateWrite"]
+
+
+Header = tuple[str, bytes | None]
+"""A record header: Kafka allows one without a value."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +42,8 @@ class InputRecord:
     origin: Origin
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes]]
+    headers: list[Header]
+    """As the producer set them: Kafka allows a header without a value (``None``)."""
     timestamp_ms: int
 
 
@@ -93,7 +98,7 @@ class OutRecord:
     topic: str
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes]] = field(default_factory=list)
+    headers: Sequence[Header] = field(default_factory=list)
     partition: int | None = None
 
 

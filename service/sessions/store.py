@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,7 +116,7 @@ class SessionStore:
         self,
         key: bytes | None,
         value: bytes | None,
-        headers: list[tuple[str, bytes]],
+        headers: Sequence[tuple[str, bytes | None]],
         timestamp_ms: int = 0,
     ) -> None:
         """Apply one changelog record in log order (a ``None`` value deletes)."""
@@ -311,9 +311,9 @@ class SessionStore:
         self._cache.forget(self, session_id)
 
 
-def event_seq_of(headers: list[tuple[str, bytes]]) -> int:
+def event_seq_of(headers: Sequence[tuple[str, bytes | None]]) -> int:
     for name, value in headers:
-        if name == EVENT_SEQ_HEADER:
+        if name == EVENT_SEQ_HEADER and value is not None:
             return int(value)
     return 0
 

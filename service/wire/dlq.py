@@ -108,14 +108,14 @@ class DlqHeaders(BaseModel):
 
 
 def dlq_headers(
-    original: Iterable[tuple[str, bytes]] | None,
+    original: Iterable[tuple[str, bytes | None]] | None,
     *,
     reason: str,
     topic: str,
     partition: int,
     offset: int,
     code: ErrorCode = "invalid_command",
-) -> list[tuple[str, bytes]]:
+) -> list[tuple[str, bytes | None]]:
     """The original headers followed by Cairn's, which begin with ``cairn.dlq.reason``."""
     ours = DlqHeaders(
         reason=reason[:MAX_REASON_LENGTH] or "unknown",
@@ -129,8 +129,8 @@ def dlq_headers(
 
 
 def split_dlq_headers(
-    headers: Sequence[tuple[str, bytes]],
-) -> tuple[list[tuple[str, bytes]], list[tuple[str, bytes]]]:
+    headers: Sequence[tuple[str, bytes | None]],
+) -> tuple[list[tuple[str, bytes | None]], list[tuple[str, bytes | None]]]:
     """The original record's headers and Cairn's: Cairn's are the block from the last
     ``cairn.dlq.reason`` on, so an original header with a ``cairn.dlq.`` name (one a replayed
     dead letter carries) is never taken for Cairn's, even one Cairn does not write this time."""
@@ -139,13 +139,13 @@ def split_dlq_headers(
     return list(headers[:split]), list(headers[split:])
 
 
-def read_dlq_headers(headers: Sequence[tuple[str, bytes]]) -> DlqHeaders:
+def read_dlq_headers(headers: Sequence[tuple[str, bytes | None]]) -> DlqHeaders:
     """Cairn's headers of a dead-letter record (see :func:`split_dlq_headers`); raises
     WireError."""
     found: dict[str, str] = {}
     try:
         for name, value in split_dlq_headers(headers)[1]:
-            if name in DLQ_HEADER_FIELDS:
+            if name in DLQ_HEADER_FIELDS and value is not None:
                 found[name] = value.decode()
         return DlqHeaders.model_validate(found)
     except UnicodeDecodeError as exc:

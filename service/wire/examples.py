@@ -615,7 +615,7 @@ def _others() -> dict[str, tuple[str, Any]]:
     return {
         "dlq_headers/not-json": (
             "dlq_headers",
-            {name: value.decode() for name, value in headers if name.startswith("cairn.")},
+            {name: (value or b"").decode() for name, value in headers if name.startswith("cairn.")},
         ),
         "session_state/paused-checkpoint": (
             "session_state",

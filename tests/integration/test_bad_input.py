@@ -68,7 +68,7 @@ async def _send(
     value: bytes | None,
     topic: str,
     partition: int | None = None,
-    headers: list[tuple[str, bytes]] | None = None,
+    headers: list[tuple[str, bytes | None]] | None = None,
 ) -> None:
     producer = AIOKafkaProducer(
         bootstrap_servers=stage.cluster.bootstrap, max_request_size=2 * 1024 * 1024
@@ -433,3 +433,34 @@ async def test_a_small_record_with_a_megabyte_of_headers_keeps_its_value_and_fir
     assert [headers[f"h{i}"] for i in range(9)] == [b"y" * 100_000] * 9
     assert "h9" not in headers
     assert headers[DLQ_SOURCE_TOPIC] == stage.cluster.topics.commands.encode()
+
+
+@pytest.mark.parametrize(
+    ("topic", "value"),
+    [("commands", b"not json"), ("control", b'{"type": "cancel", "session_id": "s1"}')],
+)
+async def test_a_header_without_a_value_is_dead_lettered_with_the_record(
+    stage: Stage, topic: str, value: bytes
+) -> None:
+    """Kafka allows a header whose value is null: the dead letter keeps it as it came, and the
+    partition goes on (a command behind it, on the same partition, is answered)."""
+    key = unique("k").encode()
+    source = getattr(stage.cluster.topics, topic)
+    await _send(stage, key, value, source, headers=[("empty", None), ("after", b"1")])
+    await wait_for(
+        lambda: any(d["key"] == key for d in stage.client.dead_letters),
+        30,
+        "dead letter with a null header",
+        alive=stage.service,
+    )
+    letter = next(d for d in stage.client.dead_letters if d["key"] == key)
+    assert letter["value"] == value
+    headers = letter["headers"]
+    assert "empty" in headers and headers["empty"] is None
+    assert headers["after"] == b"1" and headers[DLQ_SOURCE_TOPIC] == source.encode()
+    after = invoke(key.decode(), "hello", agent="simple")
+    await _send(
+        stage, key, orjson.dumps(after), stage.cluster.topics.commands, headers=[("h", None)]
+    )
+    assert (await stage.result(after["command_id"]))["stop_reason"] == "end_turn"
+    assert stage.service.log_count("partition owner failed") == 0

@@ -14,7 +14,7 @@ from service.wire.dlq import (
 )
 
 
-def _letter(value: bytes, headers: list[tuple[str, bytes]] | None = None) -> InputRecord:
+def _letter(value: bytes, headers: list[tuple[str, bytes | None]] | None = None) -> InputRecord:
     return InputRecord(Origin("cmds", 3, 42), b"key", value, headers or [("h", b"v")], 0)
 
 
@@ -75,3 +75,15 @@ def test_original_cairn_dlq_headers_are_kept_first_and_never_read_as_cairns() ->
     assert out.headers[:3] == old
     read = read_dlq_headers(out.headers)
     assert (read.code, read.reason, read.truncated_from) == ("invalid_command", "bad", None)
+
+
+def test_headers_without_a_value_are_kept_as_they_came_whole_or_cut() -> None:
+    originals: list[tuple[str, bytes | None]] = [("empty", None), ("big", b"y" * 1600), ("z", None)]
+    whole = dlq_record("dlq", _letter(b"not json", originals), "bad", "invalid_command")
+    assert whole.headers[:3] == originals
+    cut = fit_dead_letter(
+        dlq_record("dlq", _letter(b"x" * 5000, originals), "bad", "invalid_command"), 2000
+    )
+    assert cut.headers[0] == ("empty", None)
+    read = read_dlq_headers(cut.headers)
+    assert (read.truncated_from, read.headers_dropped) == ("5000", "2")

@@ -11,6 +11,7 @@ import pytest
 
 from service.agent.definition import AgentDefinition
 from service.agent.state import Inflight, SessionState
+from service.runtime import answers as answers_module
 from service.runtime.answers import Answers
 from service.runtime.cancels import CancelDesk
 from service.runtime.command_path import CommandPath
@@ -18,11 +19,13 @@ from service.runtime.faults import FaultPoints
 from service.runtime.invoker import Invoker
 from service.runtime.records import ParsedCommand
 from service.runtime.txn_stream import CommitFailedError
-from service.runtime.work import CommandWork, InputRecord, Origin, Outcome
+from service.runtime.work import CommandWork, InputRecord, Origin, Outcome, OutRecord
 from service.sessions.delivery import Delivery
 from service.sessions.store import SessionStore, StoredSession
 from service.sessions.table import StoreBrokenError
 from service.settings import FaultSettings, TopicSettings
+from service.wire.dlq import read_dlq_headers
+from service.wire.errors import ErrorCode
 from tests.support.agents import CycleModel
 from tests.support.session_records import restored, writer_for
 
@@ -181,6 +184,41 @@ def test_a_record_failing_before_its_session_queue_is_dead_lettered() -> None:
     headers = dict(dead.headers)
     assert headers["h"] == b"v"
     assert any(b"bad routing" in value for value in headers.values())
+
+
+def test_a_record_whose_headers_defeat_its_dead_letter_is_dead_lettered_without_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    build = answers_module.dlq_record
+
+    def picky(topic: str, record: InputRecord, reason: str, code: ErrorCode) -> OutRecord:
+        if record.headers:
+            raise TypeError("a header this build cannot take")
+        return build(topic, record, reason, code)
+
+    monkeypatch.setattr(answers_module, "dlq_record", picky)
+    t = _Guarded()
+    record = InputRecord(Origin(TOPICS.commands, 1, 7), b"k", b"raw", [("a", None), ("b", b"")], 10)
+    t.path.record_failed(record, ValueError("bad routing"))
+    [outcome] = t.outcomes
+    assert outcome.finished == [record.origin] and outcome.replay_unsafe
+    [dead] = outcome.records
+    assert dead.value == b"raw" and dead.key == b"k"
+    read = read_dlq_headers(dead.headers)
+    assert (read.source_offset, read.headers_dropped) == ("7", "2")
+
+
+def test_a_record_that_cannot_even_be_dead_lettered_is_skipped_not_left_to_stop_the_partition(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(*_: object) -> OutRecord:
+        raise RuntimeError("no dead letter at all")
+
+    monkeypatch.setattr(answers_module, "dlq_record", broken)
+    t = _Guarded()
+    record = InputRecord(Origin(TOPICS.control, 1, 7), b"k", b"raw", [], 10)
+    t.path.record_failed(record, ValueError("bad routing"))
+    assert t.outcomes == [Outcome(finished=[record.origin], replay_unsafe=True)]
 
 
 PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
