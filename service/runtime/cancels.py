@@ -220,7 +220,9 @@ class CancelDesk:
         if reach is None:
             reach = CancelReach(self._until(work.record), None)
         stored = self._store.get(session_id)
-        existed = stored is not None
+        # A state that only remembers command ids (a refusal's) is no session: its records
+        # go all the same, and are counted.
+        existed = stored is not None and stored.exists
         if stored is not None:
             self.forgetting(session_id, stored.delivery.applied)
         write = self._writer.delete(session_id) if stored is not None else None

@@ -12,6 +12,7 @@ from pydantic import AfterValidator, Field, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 from service.wire.base import PartModel
+from service.wire.refusal_text import json_kind
 
 TOOL_RESULT_STATUSES = ("success", "error")
 RESUME_KEYS = ("checkpointResume", "interruptResponse")
@@ -55,13 +56,15 @@ def _fail(message: str) -> PydanticCustomError:
 
 
 def _check_id(value: Any, where: str) -> None:
-    if not isinstance(value, str) or not value:
+    if not isinstance(value, str):
+        raise _fail(f"{where} must be a non-empty string, got {json_kind(value)}")
+    if not value:
         raise _fail(f"{where} must be a non-empty string")
 
 
 def _check_tool_use(body: Any) -> None:
     if not isinstance(body, dict):
-        raise _fail("toolUse must be an object")
+        raise _fail(f"toolUse must be an object, got {json_kind(body)}")
     missing = [k for k in ("toolUseId", "name", "input") if k not in body]
     if missing:
         raise _fail(f"toolUse is missing {', '.join(missing)}")
@@ -71,7 +74,7 @@ def _check_tool_use(body: Any) -> None:
 
 def _check_tool_result(body: Any) -> None:
     if not isinstance(body, dict):
-        raise _fail("toolResult must be an object")
+        raise _fail(f"toolResult must be an object, got {json_kind(body)}")
     missing = [k for k in ("toolUseId", "status", "content") if k not in body]
     if missing:
         raise _fail(f"toolResult is missing {', '.join(missing)}")
@@ -94,7 +97,7 @@ def check_block(block: dict[str, Any]) -> dict[str, Any]:
         raise _fail(f"{kind} is a resume payload, not a content block")
     if kind == "text":
         if not isinstance(body, str):
-            raise _fail("text must be a string")
+            raise _fail(f"text must be a string, got {json_kind(body)}")
     elif kind == "toolUse":
         _check_tool_use(body)
     elif kind == "toolResult":

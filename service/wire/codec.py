@@ -108,8 +108,8 @@ def _load(value: bytes, max_bytes: int | None) -> dict[str, Any]:
         if exc.msg == _PARSER_DEPTH_LIMIT:
             # Valid JSON, too deep for the parser (1,024 levels): not even its ids can be read.
             raise WireError(
-                f"record value nests objects and arrays deeper than {MAX_DEPTH} levels, too "
-                f"deep to read: {exc}"
+                f"record value nests objects and arrays deeper than the {PARSER_MAX_DEPTH:,} "
+                f"levels JSON is read to, so not even its ids can be read: {exc}"
             ) from None
         utf8 = _utf8_problem(value)
         if utf8 is None:
@@ -171,6 +171,8 @@ def _utf8_problem(value: bytes | bytearray | memoryview) -> str | None:
     return None
 
 
+PARSER_MAX_DEPTH = 1024
+"""Levels of nesting orjson parses; a value past them is not read at all."""
 _PARSER_DEPTH_LIMIT = "depth limit exceeded"
 """orjson's message for a value nested past the levels it parses."""
 
@@ -198,11 +200,11 @@ def _load_command(value: bytes, max_bytes: int | None) -> dict[str, Any]:
 
 
 def _model_for(raw: dict[str, Any], types: Mapping[str, type[M]]) -> type[M]:
-    kind = raw.get("type")
-    if kind is None:
+    if "type" not in raw:
         raise _fail(raw, "type", "is required")
+    kind = raw["type"]
     if not isinstance(kind, str):
-        raise _fail(raw, "type", "must be a string")
+        raise _fail(raw, "type", f"must be a string, got {json_kind(kind)}")
     model = types.get(kind)
     if model is None:
         expected = ", ".join(repr(t) for t in types)

@@ -21,6 +21,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from service.wire.base import Id, PartModel
+from service.wire.refusal_text import json_kind
 
 RESULT_BLOCK_SCHEMA: dict[str, Any] = {
     "title": "ToolOutcomeContentBlock",
@@ -41,7 +42,9 @@ def _check_result_block(block: dict[str, Any]) -> dict[str, Any]:
             {"count": len(block)},
         )
     if "text" in block and not isinstance(block["text"], str):
-        raise PydanticCustomError("content_block", "text must be a string")
+        raise PydanticCustomError(
+            "content_block", f"text must be a string, got {json_kind(block['text'])}"
+        )
     return block
 
 

@@ -233,7 +233,19 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "invalid_command",
         "metadata: must be an object, got a string",
     ),
-    ("type not a string", {**INVOKE, "type": 3}, "invalid_command", "type: must be a string"),
+    (
+        "type not a string",
+        {**INVOKE, "type": 3},
+        "invalid_command",
+        "type: must be a string, got a number",
+    ),
+    ("type null", {**INVOKE, "type": None}, "invalid_command", "type: must be a string, got null"),
+    (
+        "type missing",
+        {k: v for k, v in INVOKE.items() if k != "type"},
+        "invalid_command",
+        "type: is required",
+    ),
     (
         "future schema_version",
         {**INVOKE, "schema_version": 2},
@@ -316,7 +328,22 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "text not a string",
         {**INVOKE, "prompt": [{"text": 1}]},
         "invalid_command",
-        "prompt[0]: text must be a string",
+        "prompt[0]: text must be a string, got a number",
+    ),
+    (
+        "toolUse not an object",
+        {**INVOKE, "prompt": [{"toolUse": []}]},
+        "invalid_command",
+        "prompt[0]: toolUse must be an object, got an array",
+    ),
+    (
+        "toolResult id not a string",
+        {
+            **INVOKE,
+            "prompt": [{"toolResult": {"toolUseId": 5, "status": "success", "content": []}}],
+        },
+        "invalid_command",
+        "prompt[0]: toolResult.toolUseId must be a non-empty string, got a number",
     ),
     (
         "message bad role",
@@ -601,7 +628,9 @@ def _chain(levels: int) -> dict[str, Any]:
 def test_a_value_too_deep_for_the_parser_is_refused_as_too_deep_not_as_invalid_json() -> None:
     value = b'{"type": "invoke", "metadata": ' + b"[" * 2_000 + b"]" * 2_000 + b"}"
     error = refused(value)
-    assert error.reason.startswith(f"record value nests objects and arrays deeper than {MAX_DEPTH}")
+    assert error.reason.startswith(
+        "record value nests objects and arrays deeper than the 1,024 levels JSON is read to"
+    )
     assert "not UTF-8 JSON" not in error.reason
     assert not error.answerable  # its ids cannot be read: dead-lettered
 

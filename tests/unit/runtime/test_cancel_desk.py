@@ -745,3 +745,16 @@ async def test_a_desk_keeps_nothing_of_a_session_once_its_cancels_and_deletes_ar
     await _delete(t)
     assert len(t.answered()) == 7
     assert t.desk.tracking == 0
+
+
+async def test_a_delete_of_a_state_that_only_remembers_ids_says_no_session_existed() -> None:
+    # A refused command leaves a state holding only its id: the delete takes it away, counts
+    # its records, and says no session existed, as a delete of a session never invoked would.
+    t = _Desk(_applied_store("refused"))
+    await _delete(t)
+    [outcome] = t.outcomes
+    [record] = outcome.records
+    assert record.value is not None
+    report = orjson.loads(record.value)["deleted"]
+    assert report["existed"] is False and report["records"] > 0
+    assert t.store.get("s") is None
