@@ -33,6 +33,7 @@ help:
 	@echo "make bench-state   session state: bytes/CPU per step, restore MB/s, RSS (STATE_BENCH_ARGS=...)"
 	@echo "make bench-store   the local store's write: CPU per step, per commit or batched (STORE_BENCH_ARGS=...)"
 	@echo "make bench-compare Cairn vs LangGraph+SQLite vs LangGraph+Postgres (COMPARE_BENCH_ARGS=...)"
+	@echo "make bench-soak    memory of an instance as sessions come and go (SOAK_BENCH_ARGS=...)"
 	@echo "make clean         remove caches;  make distclean: also $(VENV), jars and .kafka/"
 
 # ---- setup ------------------------------------------------------------------------------------
@@ -97,6 +98,9 @@ bench-wire: $(INSTALLED)
 
 # ---- tests ------------------------------------------------------------------------------------
 
+# Both tiers run on TEST_WORKERS pytest-xdist workers (0: in this one process).
+TEST_WORKERS ?= 2
+
 # Unit tests run first and alone: a failure there stops before any broker starts.
 # pytest exits 5 when it collects nothing; only the unit tier may legitimately be empty.
 test: $(INSTALLED)
@@ -105,16 +109,15 @@ test: $(INSTALLED)
 
 test-unit: $(INSTALLED)
 	@if [ ! -d tests/unit ]; then echo "test-unit: no tests/unit directory"; exit 0; fi; \
-	rc=0; $(BIN)/pytest tests/unit -q $(PYTEST_ARGS) || rc=$$?; \
+	rc=0; $(BIN)/pytest tests/unit -q -n $(TEST_WORKERS) $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "test-unit: no unit tests collected"; rc=0; fi; exit $$rc
 
 # The broker tier runs on TEST_WORKERS pytest-xdist workers, each with a broker of its own and
 # whole test files (their module fixtures start services once). Its tests mostly wait on the
-# broker and on service processes, so two workers take half the time on two cores.
-# TEST_WORKERS=0 runs it in this one process. ALONE runs after the rest, with the machine to
-# itself, as it always ran: on two workers its four broker restarts take longer, and once met
-# a defect since repaired (docs/runtime.md, "Across broker restarts").
-TEST_WORKERS ?= 2
+# broker and on service processes, so two workers take half the time on two cores. ALONE runs
+# after the rest, with the machine to itself, as it always ran: on two workers its four broker
+# restarts take longer, and once met a defect since repaired (docs/runtime.md, "Across broker
+# restarts").
 ALONE := tests/faults/test_broker_restart.py
 test-rest: $(INSTALLED)
 	$(BIN)/pytest tests --ignore=tests/unit --ignore=$(ALONE) -q -n $(TEST_WORKERS) --dist loadfile \
@@ -188,6 +191,13 @@ COMPARE_BENCH_ARGS ?=
 .PHONY: bench-compare
 bench-compare: $(INSTALLED)
 	$(BIN)/python -m bench.compare_bench $(COMPARE_BENCH_ARGS)
+
+# An instance serving sessions that come and go (invoke, cancels, a refusal, a delete) with idle
+# expiry on and a small cache: resident memory after warm-up and at the end, growth per session.
+SOAK_BENCH_ARGS ?=
+.PHONY: bench-soak
+bench-soak: $(INSTALLED)
+	$(BIN)/python bench/soak.py $(SOAK_BENCH_ARGS)
 
 # ---- housekeeping -----------------------------------------------------------------------------
 
