@@ -12,7 +12,6 @@ answer says and records is derived in :mod:`service.runtime.cancel_answers`.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -23,6 +22,7 @@ from service.agent.cancel import CancelSignal
 from service.agent.state import SessionState
 from service.observability.metrics import Metrics
 from service.runtime import cancel_answers
+from service.runtime.cancel_memory import AnsweredIds, Covers
 from service.runtime.control import CancelReach, ControlLedger, HeldAnswer, HeldAnswers
 from service.runtime.records import ParsedCommand, deleted_record, result_record
 from service.runtime.work import (
@@ -39,20 +39,6 @@ from service.settings import TopicSettings
 from service.wire.commands import CancelCommand
 
 logger = logging.getLogger(__name__)
-
-REMEMBERED_SESSIONS = 100_000
-"""How many sessions' latest untargeted cancel an owner keeps in memory (oldest dropped), and
-how many answered command ids of sessions without state (none, or deleted by this owner) it
-recognises when a cancel repeats one."""
-
-
-def _id_key(session_id: str, command_id: str) -> bytes:
-    """A session's command id as 16 bytes (ids hold no NUL, so the joined text is unambiguous):
-    the :data:`REMEMBERED_SESSIONS` ids an owner may remember take about 10 MB so, against 25 MB
-    and more as tuples of the ids themselves. Two ids of 100,000 meet with odds of about 1 in
-    10^28."""
-    joined = f"{session_id}\0{command_id}".encode()
-    return hashlib.blake2b(joined, digest_size=16).digest()
 
 
 @dataclass(slots=True)
@@ -97,12 +83,11 @@ class CancelDesk:
         self._topics = topics
         self._metrics = metrics if metrics is not None else Metrics()
         self._held = HeldAnswers(submit, topics.results, self._metrics)
-        self._covers_until: dict[str, int] = {}
+        self._covers = Covers()
         self._targets: dict[str, set[str]] = {}
         self._running: dict[str, _Running] = {}
         self._reach: dict[str, dict[str, CancelReach]] = {}
-        self._stateless: dict[bytes, None] = {}
-        """Command ids answered without a state to record them, by :func:`_id_key`."""
+        self._stateless = AnsweredIds()
         self._control_read = 0
         """The control offset after the last cancel read (where a delete read now waits for
         the control partition's offsets to be)."""
@@ -112,7 +97,7 @@ class CancelDesk:
     def tracking(self) -> int:
         """Sessions the desk keeps something for until a turn comes: a cancel or a delete read
         and not answered, a running command, a target not read yet (what it remembers for
-        repeats is bounded apart, by :data:`REMEMBERED_SESSIONS`)."""
+        repeats is bounded apart: :mod:`service.runtime.cancel_memory`)."""
         return len(self._reach.keys() | self._targets.keys() | self._running.keys())
 
     @property
@@ -144,7 +129,7 @@ class CancelDesk:
             self._targets.setdefault(session_id, set()).add(target)
             hit = running is not None and running.work.command_id == target
         else:
-            covered = self._cover(session_id, reach.timestamp_ms)
+            covered = self._covers.cover(session_id, reach.timestamp_ms)
             hit = running is not None and running.work.record.timestamp_ms <= covered
         if running is not None and hit:
             running_id = running.work.command_id
@@ -180,7 +165,7 @@ class CancelDesk:
         reach = self._reach.setdefault(session_id, {}).setdefault(
             command_id, CancelReach(timestamp_ms, None)
         )
-        covered = self._cover(session_id, timestamp_ms)
+        covered = self._covers.cover(session_id, timestamp_ms)
         if running is not None and running.work.record.timestamp_ms <= covered:
             running_id = running.work.command_id
             logger.info(
@@ -226,9 +211,8 @@ class CancelDesk:
         if stored is not None:
             self.forgetting(session_id, stored.delivery.applied)
         write = self._writer.delete(session_id) if stored is not None else None
-        if self._covers_until.get(session_id) == reach.timestamp_ms:
-            # Everything still queued for the session was published after the delete.
-            del self._covers_until[session_id]
+        # Everything still queued for the session was published after the delete.
+        self._covers.end_at(session_id, reach.timestamp_ms)
         self._targets.pop(session_id, None)
         removed = len(write.records) if write is not None else 0
         record = deleted_record(
@@ -306,7 +290,7 @@ class CancelDesk:
         if stored is not None and command.command_id in stored.delivery.targets:
             return True
         durable = stored.delivery.cancelled_before_ms if stored is not None else None
-        covered = max(self._covers_until.get(session_id, -1), -1 if durable is None else durable)
+        covered = max(self._covers.until(session_id), -1 if durable is None else durable)
         return work.record.timestamp_ms <= covered
 
     def skip(self, work: CommandWork, command: ParsedCommand) -> None:
@@ -368,14 +352,6 @@ class CancelDesk:
                 return
         reach.stopped = reach.stopped or command_id
 
-    def _cover(self, session_id: str, timestamp_ms: int) -> int:
-        covered = max(self._covers_until.pop(session_id, -1), timestamp_ms)
-        self._covers_until[session_id] = covered
-        if len(self._covers_until) > REMEMBERED_SESSIONS:
-            # The oldest cancel is forgotten: its late commands are long overdue by now.
-            del self._covers_until[next(iter(self._covers_until))]
-        return covered
-
     def _until(self, record: InputRecord) -> int:
         """The publication time up to which a cancel or a delete read now covers its session's
         commands: its record timestamp, but never later than now."""
@@ -394,17 +370,12 @@ class CancelDesk:
         or a targeted cancel naming one, is recognised by this owner, as for a session
         without state."""
         for command_id in command_ids:
-            self._remember_stateless(session_id, command_id)
-
-    def _remember_stateless(self, session_id: str, command_id: str) -> None:
-        self._stateless[_id_key(session_id, command_id)] = None
-        if len(self._stateless) > REMEMBERED_SESSIONS:
-            del self._stateless[next(iter(self._stateless))]
+            self._stateless.remember(session_id, command_id)
 
     def _answered(self, session_id: str, cancel_id: str) -> bool:
         """Answered before: recorded in its session's state, or here for a session without (or
         one this owner deleted since)."""
-        known = _id_key(session_id, cancel_id) in self._stateless
+        known = self._stateless.knows(session_id, cancel_id)
         return known or self._applied(session_id, cancel_id)
 
     def _answer(self, work: CommandWork, cancel: CancelCommand) -> None:
@@ -440,7 +411,7 @@ class CancelDesk:
                 state,
                 delivery,
                 target,
-                deleted_here=_id_key(session_id, target) in self._stateless,
+                deleted_here=self._stateless.knows(session_id, target),
             )
         answer = HeldAnswer(work, cancel, result, reach)
         seq = stored.event_seq if stored is not None else 0
@@ -452,7 +423,7 @@ class CancelDesk:
         self._held.hold(session_id, origin, answer=answer, state=write)
         if state is None:
             # Nothing to record it in: this owner recognises a repeat; the ledger a re-read.
-            self._remember_stateless(session_id, cancel.command_id)
+            self._stateless.remember(session_id, cancel.command_id)
         logger.info(
             "session_id=<%s>, cancel_id=<%s>, target=<%s>, stopped=<%s>, resolved=<%s> | "
             "cancel answered",
