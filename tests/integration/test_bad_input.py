@@ -110,6 +110,17 @@ async def _dead_letter(stage: Stage, value: bytes | None, topic: str) -> dict[st
     return letter
 
 
+async def _dead_letter_of(stage: Stage, key: bytes, what: str) -> dict[str, Any]:
+    """The first dead letter of ``key``, once it is there."""
+    await wait_for(
+        lambda: any(d["key"] == key for d in stage.client.dead_letters),
+        30,
+        what,
+        alive=stage.service,
+    )
+    return next(d for d in stage.client.dead_letters if d["key"] == key)
+
+
 async def _error(stage: Stage, body: dict[str, Any], topic: str | None = None) -> str:
     """Send ``body``; return the code of its one ``error`` result."""
     await stage.client.send(body, topic=topic)
@@ -391,13 +402,7 @@ async def test_the_largest_record_the_broker_takes_is_dead_lettered(stage: Stage
             break
         except MessageSizeTooLargeError:
             size -= 16
-    await wait_for(
-        lambda: any(d["key"] == key for d in stage.client.dead_letters),
-        30,
-        "dead letter of the largest record",
-        alive=stage.service,
-    )
-    letter = next(d for d in stage.client.dead_letters if d["key"] == key)
+    letter = await _dead_letter_of(stage, key, "dead letter of the largest record")
     # Too large to keep whole: a prefix, the original length in a header, the rest intact.
     assert letter["headers"][DLQ_TRUNCATED_FROM] == str(size).encode()
     assert 0 < len(letter["value"]) <= DEAD_LETTER_BUDGET
@@ -418,13 +423,7 @@ async def test_a_small_record_with_a_megabyte_of_headers_keeps_its_value_and_fir
     key = unique("k").encode()
     big = [(f"h{i}", b"y" * 100_000) for i in range(10)]
     await _send(stage, key, b"not json at all", stage.cluster.topics.commands, headers=big)
-    await wait_for(
-        lambda: any(d["key"] == key for d in stage.client.dead_letters),
-        30,
-        "dead letter with huge headers",
-        alive=stage.service,
-    )
-    letter = next(d for d in stage.client.dead_letters if d["key"] == key)
+    letter = await _dead_letter_of(stage, key, "dead letter with huge headers")
     assert letter["value"] == b"not json at all"
     headers = letter["headers"]
     assert DLQ_TRUNCATED_FROM not in headers
@@ -447,13 +446,7 @@ async def test_a_header_without_a_value_is_dead_lettered_with_the_record(
     key = unique("k").encode()
     source = getattr(stage.cluster.topics, topic)
     await _send(stage, key, value, source, headers=[("empty", None), ("after", b"1")])
-    await wait_for(
-        lambda: any(d["key"] == key for d in stage.client.dead_letters),
-        30,
-        "dead letter with a null header",
-        alive=stage.service,
-    )
-    letter = next(d for d in stage.client.dead_letters if d["key"] == key)
+    letter = await _dead_letter_of(stage, key, "dead letter with a null header")
     assert letter["value"] == value
     headers = letter["headers"]
     assert "empty" in headers and headers["empty"] is None
