@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -199,6 +200,7 @@ async def soak(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
     finally:
         await proc.terminate()
         await cluster.delete_topics()
+        shutil.rmtree(workdir, ignore_errors=True)
     return report
 
 
