@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -23,7 +24,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import ProducerFenced, for_code
 from aiokafka.protocol.transaction import AddOffsetsToTxnRequest
-from aiokafka.structs import OffsetAndMetadata
+from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
 
 from service.runtime.clients import connection_options, transactional_producer
 from service.runtime.offset_fetch import StableOffsetFetch, fetched_all
@@ -39,8 +40,11 @@ from service.runtime.transport import (
     TxnProducer,
 )
 from service.runtime.txn_offset_commit import GroupTxnOffsetCommit, Membership, partition_errors
+from service.runtime.unreadable import batch_records, failed_read, fetch_batch, read_before
 from service.runtime.work import InputRecord, Origin, OutRecord
 from service.settings import KafkaSettings
+
+logger = logging.getLogger(__name__)
 
 GROUP_COORDINATOR = 0
 """aiokafka's coordinator type for a consumer group."""
@@ -57,28 +61,62 @@ _CLOSE_S = 2.0
 
 
 class KafkaInput:
-    """:class:`InputSource` over the instance's group consumer."""
+    """:class:`InputSource` over the instance's group consumer.
+
+    A record aiokafka cannot parse (``unreadable.py``) is read from the broker's bytes with the
+    rest of its batch, in its place among its partition's records (one that cannot be read at
+    all comes with ``unreadable`` set), and the partition goes on after it; the records the
+    failed call had taken are fetched again.
+    """
 
     def __init__(self, consumer: AIOKafkaConsumer) -> None:
         self.consumer = consumer
+        self._next: dict[TopicPartition, int] = {}
+        """By partition, the offset after the last record handed out or the last seek: where
+        to take it up again after a failed call."""
 
     async def fetch(
         self, timeout_ms: int, max_records: int
     ) -> dict[TopicPartition, list[InputRecord]]:
-        batches = await self.consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
-        return {
-            tp: [
-                InputRecord(
-                    origin=Origin(tp.topic, tp.partition, record.offset),
-                    key=record.key,
-                    value=record.value,
-                    headers=list(record.headers),
-                    timestamp_ms=record.timestamp,
-                )
-                for record in records
-            ]
-            for tp, records in batches.items()
-        }
+        try:
+            batches = await self.consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+        except Exception as error:
+            failed = failed_read(self.consumer)
+            if failed is None:
+                raise
+            return await self._step_over(*failed, error)
+        taken: dict[TopicPartition, list[InputRecord]] = {}
+        for tp, records in batches.items():
+            taken[tp] = [_input(tp, record) for record in records]
+            self._next[tp] = records[-1].offset + 1
+        return taken
+
+    async def _step_over(
+        self, tp: TopicPartition, offset: int, error: Exception
+    ) -> dict[TopicPartition, list[InputRecord]]:
+        """The failing partition's records up to the one at ``offset`` read by aiokafka, then
+        its batch from that one on read by ``raw_batch.py``, the partition moved past the batch;
+        every other partition back where the failed call found it."""
+        logger.warning(
+            "topic=<%s>, partition=<%d>, offset=<%d>, error=<%r> | input record not readable by "
+            "the consumer: its batch is read from the broker's bytes",
+            tp.topic,
+            tp.partition,
+            offset,
+            error,
+        )
+        assigned = self.consumer.assignment()
+        for other, position in self._next.items():
+            if other != tp and other in assigned:
+                self.consumer.seek(other, position)
+        start = self._next.get(tp, offset)
+        before = await read_before(self.consumer, tp, start, offset) if start < offset else []
+        batch = await fetch_batch(self.consumer, tp, offset)
+        if batch is None:
+            raise error
+        if tp in self.consumer.assignment():
+            self.seek(tp, batch.last_offset + 1)
+        return {tp: [*(_input(tp, record) for record in before), *batch_records(tp, batch, offset)]}
 
     def assignment(self) -> set[TopicPartition]:
         return set(self.consumer.assignment())
@@ -101,12 +139,23 @@ class KafkaInput:
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         self.consumer.seek(tp, offset)
+        self._next[tp] = offset
 
     async def beginning_offsets(
         self, partitions: list[TopicPartition]
     ) -> dict[TopicPartition, int]:
         found = await self.consumer.beginning_offsets(partitions)
         return {tp: int(offset) for tp, offset in found.items()}
+
+
+def _input(tp: TopicPartition, record: ConsumerRecord[Any, Any]) -> InputRecord:
+    return InputRecord(
+        origin=Origin(tp.topic, tp.partition, record.offset),
+        key=record.key,
+        value=record.value,
+        headers=list(record.headers),
+        timestamp_ms=record.timestamp,
+    )
 
 
 class CoordinatorRequests:

@@ -342,6 +342,10 @@ class PartitionOwner:
             self._parts.path.record_failed(record, exc)
 
     def _route_record(self, record: InputRecord) -> None:
+        if record.unreadable is not None:
+            assert self._parts is not None
+            self._parts.path.undecodable(record, WireError(record.unreadable))
+            return
         if record.origin.topic == self._topics.control:
             assert self._control is not None
             self._control.handle(record)

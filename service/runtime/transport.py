@@ -126,7 +126,8 @@ class InputSource(Protocol):
     ) -> dict[TopicPartition, list[InputRecord]]:
         """The next records of the assigned partitions not paused, each partition's in offset
         order from its position, at most ``max_records`` in all; waits up to ``timeout_ms`` when
-        there are none. Also what keeps the membership alive."""
+        there are none. Also what keeps the membership alive. A record that cannot be read
+        comes in its place with ``unreadable`` set (and may come beyond ``max_records``)."""
 
     def assignment(self) -> set[TopicPartition]: ...
 

@@ -45,6 +45,9 @@ class InputRecord:
     headers: list[Header]
     """As the producer set them: Kafka allows a header without a value (``None``)."""
     timestamp_ms: int
+    unreadable: str | None = None
+    """Why the consumer could not read the record at this offset (``unreadable.py``): then it
+    has no key, value or headers, and is dead-lettered with this reason."""
 
 
 def commands_position(record: InputRecord, commands_topic: str) -> tuple[int, int] | None:

@@ -162,6 +162,8 @@ class Entry:
     producer: str
     state: str = "open"
     """open, committed or aborted."""
+    unreadable: str | None = None
+    """Why the consumer could not read it (``InputRecord.unreadable``)."""
 
 
 @dataclass
@@ -263,11 +265,14 @@ class MemoryKafka:
         key: bytes | None,
         value: bytes | None,
         headers: Sequence[tuple[str, bytes]] = (),
+        *,
+        unreadable: str | None = None,
     ) -> int:
-        """A record a client produced without a transaction (a command); returns its offset."""
+        """A record a client produced without a transaction (a command); returns its offset.
+        ``unreadable``: one the consumer cannot read, for that reason."""
         log = self.logs[(topic, partition)]
         record = OutRecord(topic, key, value, list(headers), partition)
-        log.append(Entry(record, "client", "committed"))
+        log.append(Entry(record, "client", "committed", unreadable))
         return len(log) - 1
 
     def stable_end(self, topic: str, partition: int) -> int:
@@ -586,8 +591,11 @@ class MemoryInput:
                 if entry.state == "committed":
                     record = entry.record
                     origin = Origin(tp.topic, tp.partition, offset)
+                    headers = list(record.headers)
                     taken.append(
-                        InputRecord(origin, record.key, record.value, list(record.headers), offset)
+                        InputRecord(
+                            origin, record.key, record.value, headers, offset, entry.unreadable
+                        )
                     )
                     room -= 1
                 offset += 1
