@@ -25,7 +25,9 @@ import orjson
 BAD_HEADER_KEY = b"\xff\xfebad-key"
 
 
-class _BadKey(str):
+class BadKey(str):
+    """A header key whose bytes are :data:`BAD_HEADER_KEY` for aiokafka's pure-Python builder."""
+
     def encode(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
         return BAD_HEADER_KEY
 
@@ -86,7 +88,7 @@ async def _main(spec: dict[str, Any]) -> list[int]:
                     key=record["key"].encode(),
                     value=record["value"].encode(),
                     partition=spec["partition"],
-                    headers=[(_BadKey("k") if record.get("unreadable") else "ok", b"v")],
+                    headers=[(BadKey("k") if record.get("unreadable") else "ok", b"v")],
                 )
                 for record in group
             ]

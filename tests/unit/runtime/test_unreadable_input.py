@@ -33,14 +33,9 @@ from tests.support.owner_harness import (
     shorten_waits,
     until,
 )
+from tests.support.unreadable_writer import BAD_HEADER_KEY, BadKey
 
 GZIP = 1
-BAD_KEY = b"\xff\xfe-key"
-
-
-class _BadKey(str):
-    def encode(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
-        return BAD_KEY
 
 
 def _batch(
@@ -80,7 +75,7 @@ def test_a_batch_reads_as_aiokafka_reads_it(compression: int) -> None:
 
 def test_a_header_key_not_utf8_reads_with_replacement_and_the_records_after_it_too() -> None:
     data = _batch(
-        7, [(b"a", b"1", []), (b"b", b"2", [(_BadKey("x"), b"v"), ("ok", b"w")]), (b"c", b"3", [])]
+        7, [(b"a", b"1", []), (b"b", b"2", [(BadKey("x"), b"v"), ("ok", b"w")]), (b"c", b"3", [])]
     )
     with pytest.raises(UnicodeDecodeError):
         list(MemoryRecords(data).next_batch() or [])
@@ -88,7 +83,7 @@ def test_a_header_key_not_utf8_reads_with_replacement_and_the_records_after_it_t
     assert batch is not None and batch.fault is None
     assert [(r.offset, r.value, r.headers, r.replaced_keys) for r in batch.records] == [
         (7, b"1", [], 0),
-        (8, b"2", [("\ufffd\ufffd-key", b"v"), ("ok", b"w")], 1),
+        (8, b"2", [(BAD_HEADER_KEY.decode(errors="replace"), b"v"), ("ok", b"w")], 1),
         (9, b"3", [], 0),
     ]
 
