@@ -79,7 +79,7 @@ def batch_at(data: bytes, offset: int) -> RawBatch | None:
                 return _faulty(batch, "the batch's checksum does not match its bytes")
             try:
                 records = _records(body, head, attributes)
-            except (ValueError, IndexError, KeyError, OSError, RuntimeError) as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure on these bytes is the batch's
                 return _faulty(batch, f"its records do not parse: {exc!r}")
             return RawBatch(batch.base_offset, batch.last_offset, records, batch.control)
         pos = end

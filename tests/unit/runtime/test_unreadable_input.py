@@ -35,8 +35,6 @@ from tests.support.owner_harness import (
 )
 from tests.support.unreadable_writer import BAD_HEADER_KEY, BadKey
 
-GZIP = 1
-
 
 def _batch(
     base_offset: int,
@@ -60,7 +58,10 @@ def _resign(data: bytearray) -> bytes:
 GOOD = [(b"k1", b"v1", [("h", b"1")]), (None, None, [("n", None)]), (b"k3", b"", [])]
 
 
-@pytest.mark.parametrize("compression", [0, GZIP], ids=["plain", "gzip"])
+CODECS = {"plain": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+@pytest.mark.parametrize("compression", CODECS.values(), ids=CODECS.keys())
 def test_a_batch_reads_as_aiokafka_reads_it(compression: int) -> None:
     data = _batch(40, GOOD, compression=compression)
     batch = batch_at(data, 41)
@@ -110,8 +111,9 @@ def test_log_append_time_gives_every_record_the_batchs_max_timestamp() -> None:
         (lambda data: data.__setitem__(-1, data[-1] ^ 0xFF), "checksum"),
         (lambda data: struct.pack_into(">h", data, 21, 7), "do not parse"),
         (lambda data: data.__setitem__(slice(61, 62), b"\x7e"), "do not parse"),
+        (lambda data: struct.pack_into(">h", data, 21, CODECS["zstd"]), "do not parse"),
     ],
-    ids=["checksum", "unknown-codec", "record-length"],
+    ids=["checksum", "unknown-codec", "record-length", "not-compressed-as-said"],
 )
 def test_a_batch_that_cannot_be_read_has_a_fault_and_no_records(damage: Any, fault: str) -> None:
     data = bytearray(_batch(5, GOOD))
