@@ -114,9 +114,10 @@ class KafkaInput:
         batch = await fetch_batch(self.consumer, tp, offset)
         if batch is None:
             raise error
+        taken, after = batch_records(tp, batch, offset)
         if tp in self.consumer.assignment():
-            self.seek(tp, batch.last_offset + 1)
-        return {tp: [*(_input(tp, record) for record in before), *batch_records(tp, batch, offset)]}
+            self.seek(tp, after)
+        return {tp: [*(_input(tp, record) for record in before), *taken]}
 
     def assignment(self) -> set[TopicPartition]:
         return set(self.consumer.assignment())

@@ -40,6 +40,7 @@ logger = logging.getLogger(__name__)
 READ_COMMITTED = 1
 _BATCH_BYTES = 1024 * 1024
 """What the fetch of one batch asks for: the broker sends a whole first batch even when larger."""
+UNREADABLE_AT_ONCE = 1_000
 _STEP_MS = 200
 _EMPTY_STEPS = 50
 """How many empty answers (of up to :data:`_STEP_MS` each) reading up to a bad record takes
@@ -122,27 +123,33 @@ async def fetch_batch(
     return None
 
 
-def batch_records(tp: TopicPartition, batch: RawBatch, offset: int) -> list[InputRecord]:
-    """The records of ``batch`` from ``offset`` on, as the runtime takes them: each offset of
-    a faulty batch as unreadable."""
+def batch_records(
+    tp: TopicPartition, batch: RawBatch, offset: int
+) -> tuple[list[InputRecord], int]:
+    """The records of ``batch`` from ``offset`` on, as the runtime takes them, and the offset to
+    go on from: each offset of a faulty batch comes as unreadable, at most
+    :data:`UNREADABLE_AT_ONCE` of them (a checksum that fails leaves the batch's length in
+    doubt), the rest at the next failed fetch."""
     if batch.fault is not None:
+        last = min(batch.last_offset, offset + UNREADABLE_AT_ONCE - 1)
         logger.error(
             "topic=<%s>, partition=<%d>, offsets=<%d..%d>, fault=<%s> | input batch unreadable: "
             "its records are dead-lettered",
             tp.topic,
             tp.partition,
             offset,
-            batch.last_offset,
+            last,
             batch.fault,
         )
         reason = (
             f"record could not be read from the log ({batch.fault}); its key, value and headers "
             "stay at the source offset"
         )
-        return [
+        unreadable = [
             InputRecord(Origin(tp.topic, tp.partition, at), None, None, [], -1, reason)
-            for at in range(offset, batch.last_offset + 1)
+            for at in range(offset, last + 1)
         ]
+        return unreadable, last + 1
     taken = []
     for record in batch.records:
         if record.offset < offset:
@@ -165,4 +172,4 @@ def batch_records(tp: TopicPartition, batch: RawBatch, offset: int) -> list[Inpu
                 record.timestamp_ms,
             )
         )
-    return taken
+    return taken, batch.last_offset + 1

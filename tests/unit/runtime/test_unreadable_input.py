@@ -19,7 +19,7 @@ from aiokafka.record.util import calc_crc32c
 
 from service.runtime.partition_owner import OwnerExit
 from service.runtime.raw_batch import RawBatch, batch_at
-from service.runtime.unreadable import batch_records
+from service.runtime.unreadable import UNREADABLE_AT_ONCE, batch_records
 from service.wire.dlq import read_dlq_headers
 from tests.support.memory_kafka import MemoryKafka
 from tests.support.owner_harness import (
@@ -130,13 +130,14 @@ def test_the_runtime_takes_a_batch_from_the_offset_on_and_every_offset_of_a_faul
     tp = TopicPartition(TOPICS.commands, 0)
     batch = batch_at(_batch(10, GOOD), 11)
     assert batch is not None
-    taken = batch_records(tp, batch, 11)
+    taken, after = batch_records(tp, batch, 11)
+    assert after == 13
     assert [(r.origin.offset, r.key, r.unreadable) for r in taken] == [
         (11, None, None),
         (12, b"k3", None),
     ]
-    faulty = batch_records(tp, RawBatch(10, 13, [], False, "the batch's checksum fails"), 11)
-    assert [r.origin.offset for r in faulty] == [11, 12, 13]
+    faulty, after = batch_records(tp, RawBatch(10, 13, [], False, "the batch's checksum fails"), 11)
+    assert [r.origin.offset for r in faulty] == [11, 12, 13] and after == 14
     assert all(r.key is None and r.value is None and r.headers == [] for r in faulty)
     assert all("the batch's checksum fails" in str(r.unreadable) for r in faulty)
 
@@ -176,3 +177,12 @@ def test_a_transaction_marker_gives_no_records() -> None:
     struct.pack_into(">h", data, 21, 0x30)  # transactional, control
     batch = batch_at(_resign(data), 4)
     assert batch is not None and batch.control and batch.records == [] and batch.fault is None
+
+
+def test_a_faulty_batch_gives_a_bounded_number_of_unreadable_records_at_once() -> None:
+    """Its length is in doubt when its checksum fails: the rest comes at the next step."""
+    tp = TopicPartition(TOPICS.commands, 0)
+    huge = RawBatch(0, 2**31, [], False, "the batch's checksum does not match its bytes")
+    taken, after = batch_records(tp, huge, 5)
+    assert len(taken) == UNREADABLE_AT_ONCE and after == 5 + UNREADABLE_AT_ONCE
+    assert taken[-1].origin.offset == after - 1
