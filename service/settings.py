@@ -213,6 +213,10 @@ class RuntimeSettings(BaseModel):
     state_record_max_bytes: int = Field(default=900_000, gt=0)
     """Largest record Cairn reads or writes: a command or cancel above it is dead-lettered, a
     result above it is answered with a small error, a longer history record is split."""
+    text_events_every_ms: int = Field(default=500, ge=0)
+    """While a model streams text, the ``text_delta`` event of what it streamed so far is
+    published once this long has passed since the oldest part of it came (0: one per model
+    call, when it ends); each costs a commit of the events and the session's head."""
     fetch_max_records: int = Field(default=20, gt=0)
     """Records per fetch; every command fetched at once runs before the loop polls I/O again, so
     this bounds how long a commit's next round trip waits behind engine steps."""

@@ -76,6 +76,8 @@ class _Run:
     text: list[str]
     before: StoredSession
     """The session before the command (what a command that fails leaves)."""
+    text_since: float = 0.0
+    """When the oldest text in ``text`` came (``time.monotonic``)."""
 
 
 class Invoker:
@@ -91,8 +93,10 @@ class Invoker:
         state_max_bytes: int,
         result_max_bytes: int | None = None,
         metrics: Metrics | None = None,
+        text_every_s: float = 0.0,
     ) -> None:
         self._metrics = metrics if metrics is not None else Metrics()
+        self._text_every_s = text_every_s
         self._tracer = engine_tracer()
         self._writer = writer
         self._store = writer.store
@@ -142,6 +146,7 @@ class Invoker:
         seq = stored.event_seq
         observe_step = self._metrics.observe_step
         step_started = time.perf_counter()
+        text_every_s = self._text_every_s
         events = cast(
             "AsyncGenerator[Event, None]",
             run_invocation(
@@ -151,6 +156,16 @@ class Invoker:
         try:
             async for event in events:
                 if isinstance(event, ModelTextDelta):
+                    if text_every_s:
+                        now_s = time.monotonic()
+                        if not run.text:
+                            run.text_since = now_s
+                        elif now_s - run.text_since >= text_every_s:
+                            # A live display follows a long stream, not only its end.
+                            run.text.append(event.text)
+                            seq = self._flush_text(run, command, seq)
+                            self._publish_progress(run, seq)
+                            continue
                     run.text.append(event.text)
                     continue
                 seq = self._flush_text(run, command, seq)

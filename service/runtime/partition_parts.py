@@ -85,6 +85,7 @@ def assemble(
         state_max_bytes=record_max_bytes,
         result_max_bytes=settings.sessions.result_max_bytes,
         metrics=ctx.metrics,
+        text_every_s=settings.runtime.text_events_every_ms / 1000,
     )
     cancels = CancelDesk(
         writer=writer,

@@ -65,3 +65,26 @@ async def test_a_running_tool_shows_as_started(stage: Stage, checkpointing: bool
     [started] = stage.events(session, "tool_started")
     [finished] = stage.events(session, "tool_finished")
     assert started["seq"] < finished["seq"]
+
+
+async def test_streamed_text_shows_while_the_model_streams(stage: Stage) -> None:
+    """The ``drawl`` model streams 400 words 0.05 s apart: its text is readable while it
+    streams (every ``runtime.text_events_every_ms``, 500 ms by default), in order, each word
+    once, before the cancel that ends it."""
+    session = unique("s")
+    command = invoke(session, "talk", agent="drawl")
+    await stage.client.send(command)
+    await wait_for(
+        lambda: len(stage.events(session, "text_delta")) >= 2,
+        30,
+        "text_delta events while the model streams",
+        alive=stage.service,
+    )
+    assert stage.client.results_for(command["command_id"]) == []
+    await stage.cancel(session)
+    assert (await stage.result(command["command_id"]))["stop_reason"] == "cancelled"
+    await stage.client.caught_up()
+    seqs = [e["seq"] for e in stage.client.events if e["session_id"] == session]
+    assert seqs == list(range(1, len(seqs) + 1))
+    words = "".join(e["text"] for e in stage.events(session, "text_delta")).split()
+    assert words == [f"w{i}" for i in range(len(words))]
