@@ -330,9 +330,13 @@ def process_environment() -> Mapping[str, str]:
 NOT_SETTINGS = ("CAIRN_TEST_", "CAIRN_PYTHON")
 """Prefixes of ``CAIRN_`` variables that are no setting by design: hooks of the test agents and
 the interpreter ``make run`` starts the service with."""
-SERVICE_LINK = re.compile(r".*_(SERVICE_HOST|SERVICE_PORT.*|PORT|PORT_\d+_(TCP|UDP|SCTP).*)")
+SERVICE_LINK = re.compile(
+    r"(?!.*__).*_(SERVICE_HOST|SERVICE_PORT.*|PORT|PORT_\d+_(TCP|UDP|SCTP).*)"
+)
 """The variables Kubernetes adds to a pod for each service of its namespace (a service named
-``cairn-metrics`` gives ``CAIRN_METRICS_SERVICE_HOST``, ``CAIRN_METRICS_PORT``, ...)."""
+``cairn-metrics`` gives ``CAIRN_METRICS_SERVICE_HOST``, ``CAIRN_METRICS_PORT``, ...). A name
+with ``__`` is taken for a setting of a group (``CAIRN_HEALTH__PORT``) whatever its end: a
+service name would need two hyphens in a row to give one."""
 
 
 def setting_names() -> list[str]:
@@ -347,10 +351,19 @@ def setting_names() -> list[str]:
     return names
 
 
+_GROUPS = frozenset(
+    f"CAIRN_{name.upper()}"
+    for name, field in Settings.model_fields.items()
+    if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+)
+
+
 def unknown_settings(environ: Mapping[str, str]) -> list[tuple[str, str | None]]:
     """Each ``CAIRN_`` variable of ``environ`` that names no setting (a misspelt name is
     otherwise ignored without a word), with the setting it was likely meant to be."""
     known = setting_names()
+    # A name with ``__`` names a setting of a group: the group alone is no likely meaning.
+    fields = [name for name in known if "__" in name or name not in _GROUPS]
     found: list[tuple[str, str | None]] = []
     for name in sorted(environ):
         upper = name.upper()
@@ -358,6 +371,7 @@ def unknown_settings(environ: Mapping[str, str]) -> list[tuple[str, str | None]]
             continue
         if SERVICE_LINK.fullmatch(upper):
             continue
-        close = difflib.get_close_matches(upper, known, n=1, cutoff=0.8)
+        candidates = fields if "__" in upper else known
+        close = difflib.get_close_matches(upper, candidates, n=1, cutoff=0.8)
         found.append((name, close[0] if close else None))
     return found

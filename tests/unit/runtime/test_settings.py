@@ -69,6 +69,18 @@ def test_every_setting_name_is_read_and_no_other_is_taken_for_one(
     ) == [("cairn_runtime__max_inflight", "CAIRN_RUNTIME__MAX_IN_FLIGHT")]
 
 
+def test_a_group_setting_misspelt_is_told_with_the_setting_it_likely_meant() -> None:
+    """A ``__`` name ending like a Kubernetes service link is no service link, and a field no
+    group has is not taken for its group."""
+    assert unknown_settings(
+        {"CAIRN_HEALTH__PORT": "1", "CAIRN_RUNTIME__NOPE": "1", "CAIRN_RUNTIM": "1"}
+    ) == [
+        ("CAIRN_HEALTH__PORT", "CAIRN_HEALTH_PORT"),
+        ("CAIRN_RUNTIM", "CAIRN_RUNTIME"),
+        ("CAIRN_RUNTIME__NOPE", None),
+    ]
+
+
 @pytest.mark.parametrize(
     "servers",
     [
