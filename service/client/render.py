@@ -220,7 +220,10 @@ def cancel_line(result: dict[str, Any]) -> str:
     stopped, skipped = report.get("stopped"), report.get("skipped") or []
     resolved = report.get("resolved")
     if not stopped and not skipped and not resolved:
-        return "cancelled nothing: the session was idle, or running what it does not cover"
+        return (
+            "cancelled nothing now: the session was idle, or running what it does not cover "
+            "(a target that has not arrived is answered cancelled when it does)"
+        )
     parts = []
     if stopped:
         parts.append(f"stopped {stopped}")
