@@ -106,6 +106,15 @@ def _tune_gc() -> None:
     gc.set_threshold(50_000, 50, 100)
 
 
+def warn_unknown_settings(environ: Mapping[str, str]) -> None:
+    """One warning naming every ``CAIRN_`` variable that sets nothing, with what it likely
+    meant: one line for them all, as the repeat limit would cut separate lines short."""
+    unknown = unknown_settings(environ)
+    if unknown:
+        named = ", ".join(f"{name} (meant {meant})" if meant else name for name, meant in unknown)
+        logger.warning("variables=<%s> | no such settings: ignored", named)
+
+
 def run_service(settings: Settings) -> None:
     configure_logging(
         settings.log_level,
@@ -113,8 +122,7 @@ def run_service(settings: Settings) -> None:
         repeat_limit=settings.log_repeat_limit,
         repeat_interval_s=settings.log_repeat_interval_s,
     )
-    for name, meant in unknown_settings(process_environment()):
-        logger.warning("variable=<%s>, meant=<%s> | no such setting: ignored", name, meant)
+    warn_unknown_settings(process_environment())
     try:
         configure_tracing(process_environment())
     except TracingSetupError as exc:

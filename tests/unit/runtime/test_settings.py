@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from pydantic import ValidationError
 
+from service.app import warn_unknown_settings
 from service.settings import (
     KafkaSettings,
     Settings,
@@ -150,3 +153,16 @@ def test_two_roles_on_one_topic_are_refused_naming_both_variables() -> None:
         TopicSettings(events="cairn.results")
     assert "results and events name the same topic" in str(refused.value)
     assert "CAIRN_TOPICS__RESULTS, CAIRN_TOPICS__EVENTS" in str(refused.value)
+
+
+def test_the_service_names_every_unknown_variable_in_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One line for them all: the repeat limit (5 by default) cannot drop the later ones."""
+    environ = {f"CAIRN_A{i}": "1" for i in range(6)} | {"CAIRN_SESIONS__STORE_DIR": "/d"}
+    with caplog.at_level(logging.WARNING, logger="service.app"):
+        warn_unknown_settings(environ)
+    [record] = caplog.records
+    line = record.getMessage()
+    assert all(f"CAIRN_A{i}" in line for i in range(6))
+    assert "CAIRN_SESIONS__STORE_DIR (meant CAIRN_SESSIONS__STORE_DIR)" in line
