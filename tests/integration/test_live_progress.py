@@ -34,6 +34,15 @@ async def stage(
         yield ready
 
 
+async def _cancelled_with_every_seq_once(stage: Stage, session: str, command_id: str) -> None:
+    """Cancel the session's running command, and check its events' ``seq`` run from 1 on."""
+    await stage.cancel(session)
+    assert (await stage.result(command_id))["stop_reason"] == "cancelled"
+    await stage.client.caught_up()
+    seqs = [e["seq"] for e in stage.client.events if e["session_id"] == session]
+    assert seqs == list(range(1, len(seqs) + 1))
+
+
 @pytest.mark.parametrize("checkpointing", [False, True], ids=["durable", "paused"])
 async def test_a_running_tool_shows_as_started(stage: Stage, checkpointing: bool) -> None:
     session = unique("s")
@@ -57,11 +66,7 @@ async def test_a_running_tool_shows_as_started(stage: Stage, checkpointing: bool
     assert stage.tool_outcomes(session) == []
     assert stage.client.results_for(command["command_id"]) == []
 
-    await stage.cancel(session)
-    assert (await stage.result(command["command_id"]))["stop_reason"] == "cancelled"
-    await stage.client.caught_up()
-    seqs = [e["seq"] for e in stage.client.events if e["session_id"] == session]
-    assert seqs == list(range(1, len(seqs) + 1))
+    await _cancelled_with_every_seq_once(stage, session, command["command_id"])
     [started] = stage.events(session, "tool_started")
     [finished] = stage.events(session, "tool_finished")
     assert started["seq"] < finished["seq"]
@@ -81,10 +86,6 @@ async def test_streamed_text_shows_while_the_model_streams(stage: Stage) -> None
         alive=stage.service,
     )
     assert stage.client.results_for(command["command_id"]) == []
-    await stage.cancel(session)
-    assert (await stage.result(command["command_id"]))["stop_reason"] == "cancelled"
-    await stage.client.caught_up()
-    seqs = [e["seq"] for e in stage.client.events if e["session_id"] == session]
-    assert seqs == list(range(1, len(seqs) + 1))
+    await _cancelled_with_every_seq_once(stage, session, command["command_id"])
     words = "".join(e["text"] for e in stage.events(session, "text_delta")).split()
     assert words == [f"w{i}" for i in range(len(words))]
