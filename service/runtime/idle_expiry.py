@@ -103,6 +103,7 @@ async def expire_idle(
     *,
     passed: Callable[[str, int], bool],
     commands_topic: str,
+    commands_log: str | None = None,
     forgetting: Callable[[str, Iterable[str]], None],
     fetched: Callable[[], int | None],
     outages: Outages | None = None,
@@ -110,11 +111,13 @@ async def expire_idle(
     """Delete, now and then, the sessions written to last more than ``ttl_s`` ago, each with
     a ``session_expired`` event; a session with work queued or a write not yet committed
     is left for the next round, and so is one with a record the input offsets have not
-    ``passed`` yet (by topic and offset). Returns once ``stopping()`` is true; ``forgetting``
-    learns each deleted session's command ids. ``fetched`` gives the time (epoch ms) the broker
-    last answered a fetch of every input partition of this owner, ``None`` before each did: no
-    round runs while it lags (see :class:`Reachability`), nor within ``ttl_s`` of its recovery
-    or of one the instance's other owners saw (``outages``, shared by them).
+    ``passed`` yet (by topic and offset; the newest command a session answered counts only when
+    it was of ``commands_log``, the owner's commands partition). Returns once ``stopping()`` is
+    true; ``forgetting`` learns each deleted session's command ids. ``fetched`` gives the time
+    (epoch ms) the broker last answered a fetch of every input partition of this owner, ``None``
+    before each did: no round runs while it lags (see :class:`Reachability`), nor within
+    ``ttl_s`` of its recovery or of one the instance's other owners saw (``outages``, shared by
+    them).
 
     A session another partition owns (``owns`` says no: a stray copy written on the wrong
     partition before records off their key's partition were refused) is deleted without an
@@ -143,7 +146,7 @@ async def expire_idle(
             stored = store.get(session_id)
             if stored is None or not stored.durable or store.written_ms(session_id) != written_ms:
                 continue
-            if not _passed(session_id, stored, queues, passed, commands_topic):
+            if not _passed(session_id, stored, queues, passed, commands_topic, commands_log):
                 continue
             applied = stored.delivery.applied
             write = writer.delete(session_id)
@@ -188,13 +191,15 @@ def _passed(
     queues: SessionQueues,
     passed: Callable[[str, int], bool],
     commands_topic: str,
+    commands_log: str | None,
 ) -> bool:
     """Every record of the session this owner read, and the newest command it answered (read
-    by an earlier owner, perhaps not yet read again here), is behind the input offsets."""
+    by an earlier owner, perhaps not yet read again here, and of the same log), is behind the
+    input offsets."""
     newest = queues.reads(session_id)
-    through = stored.delivery.answered_through
+    through = stored.delivery.through_in(commands_log)
     if through is not None:
-        newest[commands_topic] = max(newest.get(commands_topic, -1), through[0])
+        newest[commands_topic] = max(newest.get(commands_topic, -1), through)
     return all(passed(topic, offset) for topic, offset in newest.items())
 
 

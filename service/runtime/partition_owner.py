@@ -92,6 +92,8 @@ class PartitionOwner:
         self._table: SqliteTable | None = None
         self._drained = False
         """The owner stopped with its last commit done (its local store can be trusted)."""
+        self._log: str | None = None
+        """The log of its commands partition (``<topic id>:<partition>``), asked at its start."""
         self.exit: OwnerExit | None = None
         self.error: BaseException | None = None
         """Why the owner failed (when ``exit`` is ``FAILED``)."""
@@ -183,6 +185,8 @@ class PartitionOwner:
             settle_s=SETTLE_S,
         )
         written = await repaired_partitions(self._ctx.sessions, self._topics, self.partition)
+        topic_id = await self._ctx.sessions.topic_id(self._topics.commands)
+        self._log = None if topic_id is None else f"{topic_id}:{self.partition}"
 
         async def abort(partitions: list[TopicPartition]) -> None:
             writers = await stream.committed_metadata(inputs)
@@ -260,6 +264,7 @@ class PartitionOwner:
                         parts.owns,
                         passed=committer.passed,
                         commands_topic=self._topics.commands,
+                        commands_log=self._log,
                         forgetting=cancels.forgetting,
                         fetched=fetched_since(self._ctx.inputs, inputs),
                         outages=self._ctx.outages,
@@ -351,6 +356,7 @@ class PartitionOwner:
             self._control.handle(record)
             return
         assert self._queues is not None and self._parts is not None
+        record.log = self._log
         try:
             command = parse_command(
                 record, self._ctx.settings.runtime.state_record_max_bytes, self._ctx.partitions

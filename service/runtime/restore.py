@@ -24,10 +24,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import IncompatibleBrokerVersion
 
 from service.observability.metrics import Metrics
 from service.runtime.clients import reader, started
 from service.runtime.partitioning import keyed_partition
+from service.runtime.topic_ids import TopicIds, topic_ids
 from service.runtime.topics import partition_counts
 from service.runtime.work import OutRecord
 from service.sessions import history
@@ -87,6 +89,8 @@ class Sessions(Protocol):
 
     async def partition_count(self, topic: str) -> int: ...
 
+    async def topic_id(self, topic: str) -> str | None: ...
+
     async def committed_tail(self, tp: TopicPartition, offsets: int) -> list[OutRecord]: ...
 
     async def session_records(self, session_id: str) -> dict[bytes, bytes]: ...
@@ -109,6 +113,7 @@ class SessionsReader:
         self._forks: AIOKafkaConsumer | None = None
         self._forks_lock = asyncio.Lock()
         self._counts: dict[str, int] = {}
+        self._ids_unknown = False
 
     async def restore(self, partition: int, table: Table, *, cache: SessionCache) -> SessionStore:
         """The partition's store over ``table``, brought up to the changelog's end."""
@@ -193,6 +198,30 @@ class SessionsReader:
                 raise RuntimeError(f"topic {topic!r} does not exist")
             self._counts[topic] = count
         return count
+
+    async def topic_id(self, topic: str) -> str | None:
+        """``topic``'s id, asked of the broker now (never kept: a topic deleted and created
+        again has another); ``None`` when the topic is unknown or the broker does not speak
+        Metadata version 12 (older than Kafka 3.1)."""
+        async with self._lock:
+            consumer = await self._committed()
+            client = consumer._client  # the reader's connections, for one request
+            try:
+                response = await client.send(client.get_random_node(), TopicIds([topic]))
+            except (IncompatibleBrokerVersion, NotImplementedError) as exc:
+                if not self._ids_unknown:
+                    self._ids_unknown = True
+                    logger.warning(
+                        "reason=<%s> | the broker gives no topic ids: a commands topic deleted "
+                        "and created again is told apart from the old one by publication "
+                        "times only (see docs/runtime.md)",
+                        exc,
+                    )
+                return None
+            except Exception:
+                await self._close_all()
+                raise
+        return topic_ids(response).get(topic)
 
     async def stable_and_end(
         self, partitions: list[TopicPartition]

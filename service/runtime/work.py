@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from service.agent.cancel import CancelSignal
 from service.agent.tracing import NO_SPAN, Span
+from service.sessions.delivery import Position
 from service.sessions.writer import StateWrite
 from service.wire.commands import CancelCommand
 from service.wire.errors import WireError
@@ -48,15 +49,18 @@ class InputRecord:
     unreadable: str | None = None
     """Why the consumer could not read the record at this offset (``unreadable.py``): then it
     has no key, value or headers, and is dead-lettered with this reason."""
+    log: str | None = None
+    """The log its offset counts in, for a record of the commands topic: the topic's id and the
+    partition (``<topic id>:<partition>``), set by the partition's owner; ``None`` when the
+    broker gives no topic ids."""
 
 
-def commands_position(record: InputRecord, commands_topic: str) -> tuple[int, int] | None:
-    """Where a record of the commands topic stands (offset, publication ms), for the session
-    state that answers it to remember; ``None`` for a record of another topic or one without a
-    publication time."""
+def commands_position(record: InputRecord, commands_topic: str) -> Position | None:
+    """Where a record of the commands topic stands, for the session state that answers it to
+    remember; ``None`` for a record of another topic or one without a publication time."""
     if record.origin.topic != commands_topic or record.timestamp_ms < 0:
         return None
-    return (record.origin.offset, record.timestamp_ms)
+    return (record.origin.offset, record.timestamp_ms, record.log)
 
 
 @dataclass(slots=True)

@@ -22,6 +22,10 @@ APPLIED_KEPT = 256
 TIME_KEYS = ("cancelled_before_ms", "inflight_published_ms")
 """Record keys written only when set, so sessions that never used them keep their layout."""
 
+Position = tuple[int, int, str | None]
+"""Where a record of the commands topic stands: its offset, its publication time (ms) and the
+log the offset counts in (``<topic id>:<partition>``; ``None`` when the broker gives no ids)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
@@ -36,8 +40,13 @@ class Delivery:
     answered_through: tuple[int, int] | None = None
     """(Offset, publication time in ms) of the newest record of the commands topic the session
     answered. A session's commands are answered in the order of its partition, so one read
-    again at or before that offset was answered, however many ids were answered since; the time
-    tells a topic created anew (its offsets start again, its records are published later)."""
+    again at or before that offset in the same log was answered, however many ids were answered
+    since."""
+    answered_log: str | None = None
+    """The log ``answered_through``'s offset counts in (``<topic id>:<partition>``): a topic
+    deleted and created again has another id, and its offsets start again. ``None`` when it is
+    not known (a broker without topic ids, a state written before the log was recorded): then
+    the publication time tells a topic created anew, whose records are published later."""
     targets: tuple[str, ...] = ()
     """Ids a targeted cancel named before the session read them (the newest ``APPLIED_KEPT``):
     each is answered ``cancelled`` unrun if the session reads it, and never before, since a
@@ -51,20 +60,37 @@ class Delivery:
     def answered(self, command_id: str) -> bool:
         return command_id in self.ids()
 
-    def read_before(self, offset: int, published_ms: int) -> bool:
-        """The commands record at ``offset``, published at ``published_ms``, was answered: it is
-        at or before the newest one answered, and was not published after it."""
+    def read_before(self, offset: int, published_ms: int, log: str | None = None) -> bool:
+        """The commands record at ``offset`` of ``log``, published at ``published_ms``, was
+        answered: it is at or before the newest one answered, in the same log. When either log
+        is unknown, a record published after the newest one answered is taken for one of a
+        topic created anew (a producer whose clock runs ahead is recognised by its id only)."""
         through = self.answered_through
-        return through is not None and offset <= through[0] and 0 <= published_ms <= through[1]
+        if through is None or offset > through[0]:
+            return False
+        if log is not None and self.answered_log is not None:
+            return log == self.answered_log
+        return 0 <= published_ms <= through[1]
 
-    def through(self, position: tuple[int, int] | None) -> Delivery:
-        """The commands record at ``position`` (offset, publication ms) answered now; ``None``
-        (a record of another topic, or one without a time) changes nothing."""
+    def through(self, position: Position | None) -> Delivery:
+        """The commands record at ``position`` answered now; ``None`` (a record of another
+        topic, or one without a time) changes nothing."""
         if position is None:
             return self
-        made = replace(self, answered_through=position)
+        offset, published_ms, log = position
+        made = replace(self, answered_through=(offset, published_ms), answered_log=log)
         object.__setattr__(made, "_index", self._index)
         return made
+
+    def through_in(self, log: str | None) -> int | None:
+        """The offset of the newest command answered when it counts in ``log`` (or either log is
+        unknown); ``None`` when none was answered or it was in another log."""
+        through = self.answered_through
+        if through is None:
+            return None
+        if log is not None and self.answered_log is not None and log != self.answered_log:
+            return None
+        return through[0]
 
     def applying(self, *command_ids: str) -> Delivery:
         """These commands answered (each remembered once, the oldest forgotten past the limit)."""
@@ -122,7 +148,12 @@ class Delivery:
             known = index if index is not None else set(applied)
             targets = tuple(t for t in targets if t not in known)
         made = Delivery(
-            applied, cancelled_before_ms, inflight_published_ms, self.answered_through, targets
+            applied,
+            cancelled_before_ms,
+            inflight_published_ms,
+            self.answered_through,
+            self.answered_log,
+            targets,
         )
         object.__setattr__(made, "_index", index)
         return made
@@ -153,6 +184,8 @@ class Delivery:
                 fields[key] = value
         if self.answered_through is not None:
             fields["answered_through"] = list(self.answered_through)
+            if self.answered_log is not None:
+                fields["answered_log"] = self.answered_log
         if self.targets:
             fields["cancel_targets"] = list(self.targets)
         return fields
@@ -164,6 +197,7 @@ class Delivery:
             cancelled_before_ms=data.get("cancelled_before_ms"),
             inflight_published_ms=data.get("inflight_published_ms"),
             answered_through=_position(data.get("answered_through")),
+            answered_log=data.get("answered_log"),
             targets=tuple(data.get("cancel_targets") or ()),
         )
 

@@ -73,7 +73,7 @@ class ContextView(PartModel):
 class SessionStateRecord(OutboundModel):
     """Everything a fresh process needs to continue a session exactly: the engine's state and,
     beside it, the runtime's delivery records (``applied_commands``, ``answered_through``,
-    ``cancelled_before_ms``, ``inflight_published_ms``, ``cancel_targets``).
+    ``answered_log``, ``cancelled_before_ms``, ``inflight_published_ms``, ``cancel_targets``).
 
     Unknown fields are refused: the state has one writer, and an older layout is upcast by
     the sessions codec before it is read, never read loosely.
@@ -104,6 +104,11 @@ class SessionStateRecord(OutboundModel):
     """Offset and publication time (ms) of the newest record of the commands topic the session
     answered: one read again at or before it (and published no later) was answered; absent
     until the session answers a command of that topic."""
+    answered_log: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    """The log ``answered_through``'s offset counts in: the commands topic's id (as Kafka's
+    tools print it) and the partition, ``<topic id>:<partition>``. A record of another log (a
+    topic deleted and created again) is never taken for answered by its offset. Absent when
+    the broker gave no topic id."""
     cancelled_before_ms: Annotated[int, Field(ge=0)] | None = None
     """Publication time (record timestamp, ms) up to which a cancel covers the session's
     commands; absent when no cancel was applied."""
@@ -119,7 +124,12 @@ class SessionStateRecord(OutboundModel):
     def _omit_unset_optionals(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # Written only when set, as Delivery.record_fields does, so older layouts stay exact.
         data: dict[str, Any] = handler(self)
-        optional = ("answered_through", "cancelled_before_ms", "inflight_published_ms")
+        optional = (
+            "answered_through",
+            "answered_log",
+            "cancelled_before_ms",
+            "inflight_published_ms",
+        )
         for key in (*optional, "cancel_targets", "context"):
             if data.get(key) is None:
                 data.pop(key, None)

@@ -78,6 +78,7 @@ SESSIONS_CALLS = (
     "sessions.read_open",
     "sessions.partition_for",
     "sessions.partition_count",
+    "sessions.topic_id",
     "sessions.committed_tail",
     "sessions.session_records",
 )
@@ -191,6 +192,8 @@ class MemoryKafka:
         only a marker of that producer id on the group's offsets partition ends them."""
         self.too_large: set[str] = set()
         """Topics whose every record the broker refuses for good."""
+        self.topic_ids: dict[str, str] = {}
+        """Each topic's id, as Metadata version 12 gives it (none: a broker without ids)."""
         self.calls: list[tuple[str, str]] = []
         """(transactional id or ``group``, call) in the order they were made."""
         self._failures: dict[str, dict[int, BaseException]] = defaultdict(dict)
@@ -683,6 +686,10 @@ class MemorySessions:
     async def partition_count(self, topic: str) -> int:
         await self.kafka.enter("sessions", "sessions.partition_count")
         return self.kafka.partitions
+
+    async def topic_id(self, topic: str) -> str | None:
+        await self.kafka.enter("sessions", "sessions.topic_id")
+        return self.kafka.topic_ids.get(topic)
 
     async def committed_tail(self, tp: TopicPartition, offsets: int) -> list[OutRecord]:
         await self.kafka.enter("sessions", "sessions.committed_tail")

@@ -125,7 +125,7 @@ async def test_a_session_expires_only_once_the_offsets_are_past_its_records() ->
     the input offsets must be past every record of it first (the newest command it answered,
     recorded in its state, and what this owner read of it: a cancel, a command read again)."""
     said = [{"role": "user", "content": [{"text": "hi"}]}]
-    delivery = Delivery(applied=("c1", "c2")).through((41, 1_000))
+    delivery = Delivery(applied=("c1", "c2")).through((41, 1_000, None))
     store = restored(
         [Outcome(state=writer_for().write(SessionState("s", messages=said), 3, delivery))]
     )
@@ -162,6 +162,43 @@ async def test_a_session_expires_only_once_the_offsets_are_past_its_records() ->
     [outcome] = submitted
     assert outcome.state is not None and outcome.state.session_id == "s"
     assert forgotten == [("s", ["c1", "c2"])], "its ids are remembered for cancels read later"
+
+
+@pytest.mark.parametrize(("log", "expires"), [("T2:0", True), ("T1:0", False), (None, False)])
+async def test_the_newest_answered_command_holds_a_session_only_in_its_own_log(
+    log: str | None, expires: bool
+) -> None:
+    """Answered at offset 41 of the commands topic with id T1, partition 0: an owner of that
+    log (or one that knows none) waits for the offsets to pass 41; an owner of the topic
+    created anew (id T2), whose offsets start again, does not wait for an offset of the old."""
+    said = [{"role": "user", "content": [{"text": "hi"}]}]
+    delivery = Delivery(applied=("c1",)).through((41, 1_000, "T1:0"))
+    store = restored(
+        [Outcome(state=writer_for().write(SessionState("s", messages=said), 3, delivery))]
+    )
+    submitted: list[Outcome] = []
+    rounds = 0
+
+    def stopping() -> bool:
+        nonlocal rounds
+        rounds += 1
+        return bool(submitted) or rounds >= 12
+
+    await expire_idle(
+        0.001,
+        writer_for(store),
+        submitted.append,
+        _Idle(),  # type: ignore[arg-type]
+        stopping,
+        EVENTS,
+        Metrics(),
+        passed=lambda topic, offset: offset < 5,
+        commands_topic=COMMANDS,
+        commands_log=log,
+        forgetting=lambda session_id, ids: None,
+        fetched=_now_ms,
+    )
+    assert bool(submitted) is expires
 
 
 async def test_nothing_expires_while_fetches_go_unanswered_nor_for_a_ttl_after() -> None:

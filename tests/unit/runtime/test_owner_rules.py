@@ -388,6 +388,7 @@ OWNER_CALLS = (
     "sessions.partition_count",
     "sessions.stable_and_end",
     "sessions.read_open",
+    "sessions.topic_id",
     "sessions.restore",
 )
 """Every call an owner makes of Kafka, itself or through its stream's transactions."""
@@ -532,13 +533,18 @@ async def test_a_record_of_another_partitions_session_is_answered_with_the_offse
     assert "belongs on partition 1" in refusal["error"]["message"]
 
 
+@pytest.mark.parametrize("topic_id", [None, "T1"], ids=["no-topic-ids", "topic-id"])
 async def test_a_session_answering_more_than_the_ids_it_keeps_runs_none_again_on_a_takeover(
-    tmp_path: Path,
+    tmp_path: Path, topic_id: str | None
 ) -> None:
     """The committed offset stays at the oldest unfinished record: a session that answered
     more commands than it keeps ids of meanwhile (another session's step running all along)
-    has all of them read again by the next owner, which must still run none of them twice."""
+    has all of them read again by the next owner, which must still run none of them twice:
+    by their offsets in the log their topic id names, or by their publication times when the
+    broker gives no ids."""
     kafka = MemoryKafka()
+    if topic_id is not None:
+        kafka.topic_ids[TOPICS.commands] = topic_id
     put(kafka, command(0, agent="gated", sessions=1))
     busy = [{**command(i), "session_id": "busy"} for i in range(1, APPLIED_KEPT + 21)]
     put(kafka, *busy)
@@ -557,6 +563,45 @@ async def test_a_session_answering_more_than_the_ids_it_keeps_runs_none_again_on
         assert await instance.stop(owner, task) is OwnerExit.STOPPED
         assert instance.ctx.cache.total == 0, "an owner that ended leaves no session in memory"
     assert answered(kafka) == Counter({f"c{i}": 1 for i in range(len(busy) + 1)})
+
+
+@pytest.mark.parametrize(
+    ("ids", "runs"),
+    [(("T1", "T2"), True), (("T1", "T1"), False), ((None, None), False)],
+    ids=["new-topic-id", "same-topic-id", "no-topic-ids"],
+)
+async def test_a_command_of_a_commands_topic_created_anew_runs_whatever_its_time_and_offset(
+    tmp_path: Path, ids: tuple[str | None, str | None], runs: bool
+) -> None:
+    """The commands topic deleted and created again: its offsets start again at 0, and a
+    producer that sets its records' timestamps (a replay keeping CreateTime) publishes a
+    command with an older time than the newest one its session answered on the old topic.
+    The topic's new id tells the logs apart, and the command runs. Without ids (a broker older
+    than Kafka 3.1) only the time can tell, and such a command is taken for answered; within
+    one log a record at or before the newest answered was answered."""
+    kafka = MemoryKafka()
+    old, new = ids
+    if old is not None:
+        kafka.topic_ids[TOPICS.commands] = old
+    put(kafka, *(command(i, sessions=1) for i in range(4)))
+    async with Instance(kafka, tmp_path) as instance:
+        owner, task = instance.owner()
+        await until(lambda: committed(kafka) == 4, "the old topic's commands")
+        assert await instance.stop(owner, task) is OwnerExit.STOPPED
+        # Deleted and created again: its records and the group's offsets of it are gone.
+        kafka.logs[(TOPICS.commands, 0)].clear()
+        del kafka.committed[COMMANDS_0]
+        instance.input.positions[COMMANDS_0] = 0
+        if new is not None:
+            kafka.topic_ids[TOPICS.commands] = new
+        put(kafka, command(9, sessions=1))  # offset 0, published at 0 (MemoryInput's times)
+        owner, task = instance.owner()
+        await until(lambda: committed(kafka) == 1, "the new topic's command read")
+        assert await instance.stop(owner, task) is OwnerExit.STOPPED
+    expected = Counter({f"c{i}": 1 for i in range(4)})
+    if runs:
+        expected["c9"] = 1
+    assert answered(kafka) == expected
 
 
 def _expiry_rounds(monkeypatch: pytest.MonkeyPatch) -> list[int]:

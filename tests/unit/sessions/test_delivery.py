@@ -84,7 +84,7 @@ def test_a_list_holding_an_id_twice_forgets_what_falls_out_of_the_window() -> No
 
 
 def test_a_record_at_or_before_the_newest_answered_is_recognised_and_a_new_topics_is_not() -> None:
-    delivery = Delivery().finished("c9").through((9, 1_000))
+    delivery = Delivery().finished("c9").through((9, 1_000, None))
     assert delivery.read_before(9, 1_000) and delivery.read_before(3, 900)
     assert not delivery.read_before(10, 1_001)
     # A topic made anew starts its offsets again, with records published later.
@@ -95,6 +95,37 @@ def test_a_record_at_or_before_the_newest_answered_is_recognised_and_a_new_topic
     later = delivery.applying("x").finished("y").started(5).covering(7)
     assert later.answered_through == (9, 1_000)
     assert later.through(None) is later
+
+
+def test_within_a_known_log_the_offset_alone_decides_and_another_log_is_never_read_before() -> None:
+    delivery = Delivery().finished("c9").through((9, 1_000, "T1:0"))
+    # The same log: at or before the newest answered, whatever the record's publication time
+    # (a producer whose clock runs ahead), and without one.
+    assert delivery.read_before(9, 1_000, "T1:0") and delivery.read_before(3, 5_000, "T1:0")
+    assert delivery.read_before(3, -1, "T1:0")
+    assert not delivery.read_before(10, 900, "T1:0")
+    # The topic deleted and created again, published with an older time: not answered.
+    assert not delivery.read_before(0, 900, "T2:0")
+    # Another partition of the topic (its partitions added to): not answered.
+    assert not delivery.read_before(3, 900, "T1:1")
+    # The owner knows no log (a broker without topic ids): the publication time decides.
+    assert delivery.read_before(3, 900) and not delivery.read_before(3, 5_000)
+    # A state from before logs were recorded: the same.
+    old = Delivery().through((9, 1_000, None))
+    assert old.read_before(3, 900, "T2:0") and not old.read_before(3, 5_000, "T2:0")
+    # The log goes with the position into the record, and back; values made from it keep it.
+    later = delivery.applying("x").finished("y").started(5).covering(7).targeting("z")
+    assert later.answered_log == "T1:0"
+    fields = later.record_fields()
+    assert (fields["answered_through"], fields["answered_log"]) == ([9, 1_000], "T1:0")
+    assert Delivery.from_record(fields).answered_log == "T1:0"
+    assert "answered_log" not in old.record_fields()
+    # A newer answer in a log not known drops the old log with the old offset.
+    assert delivery.through((2, 2_000, None)).answered_log is None
+    # The offset an owner of a log goes by: only one of its own log, or of a log not known.
+    assert delivery.through_in("T1:0") == 9 and delivery.through_in(None) == 9
+    assert delivery.through_in("T2:0") is None and Delivery().through_in("T1:0") is None
+    assert old.through_in("T2:0") == 9
 
 
 def test_a_cancel_target_is_kept_until_answered_and_written_only_when_set() -> None:

@@ -272,7 +272,7 @@ def test_the_delivery_of_a_session_not_in_memory_is_read_without_its_conversatio
 ) -> None:
     said = [{"role": "user", "content": [{"text": f"{i} " * 40}]} for i in range(50)]
     applied = tuple(f"c{i}" for i in range(300))  # more ids than slots: the oldest are dropped
-    delivery = Delivery(applied=applied, cancelled_before_ms=7).through((41, 1_000))
+    delivery = Delivery(applied=applied, cancelled_before_ms=7).through((41, 1_000, "T1:0"))
     write = writer_for().write(SessionState("s", agent="a", messages=said), 3, delivery)
     table = restored([Outcome(state=write)]).table
     whole = SessionStore(table).get("s")
