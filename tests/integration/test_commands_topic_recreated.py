@@ -47,9 +47,12 @@ async def _created_again(bootstrap: str, topic: str, partitions: int) -> None:
         await admin.close()
 
 
+@pytest.mark.parametrize("across", ["stopped", "running"])
 async def test_a_command_of_the_topic_created_anew_runs_though_published_earlier(
-    kafka_bootstrap: str, tmp_path: Path
+    kafka_bootstrap: str, tmp_path: Path, across: str
 ) -> None:
+    """``stopped``: the service stopped while the topic is deleted and created again;
+    ``running``: it runs throughout, loses the partition with the topic and owns it anew."""
     cluster = Cluster(kafka_bootstrap, tmp_path, partitions=1)
     await cluster.create_topics()
     session = unique("s")
@@ -65,13 +68,16 @@ async def test_a_command_of_the_topic_created_anew_runs_though_published_earlier
                     assert (await client.result(command["command_id"], alive=first))[
                         "stop_reason"
                     ] == "end_turn"
-            assert await first.terminate() == 0
-
+            if across == "stopped":
+                assert await first.terminate() == 0
             await _created_again(kafka_bootstrap, cluster.topics.commands, 1)
-
-            second = cluster.start()
-            procs.append(second)
-            await second.wait_ready()
+            if across == "stopped":
+                second = cluster.start()
+                procs.append(second)
+                await second.wait_ready()
+            else:
+                second = first
+                await second.wait_log("partition ready", count=2, timeout=90)
             async with Client(cluster) as client:
                 # Offset 0 of the new log, stamped an hour before the answers of the old one.
                 late = invoke(session, "four", agent="simple")
