@@ -1,10 +1,11 @@
-"""Readiness of one instance: ready once joined, while its group membership is current, and
-when every owned partition is restored.
+"""Readiness of one instance: ready once joined, while its group membership is current, no
+rebalance is under way, and every owned partition is restored.
 
 The runtime reports assignment and restore progress and lends a check of its membership; the
 HTTP ``/readyz`` route asks. An instance that owns no partition after joining (more members than
 partitions) is ready; one whose membership lapsed (the broker out of reach past the session
-timeout) serves nothing and is not.
+timeout), one between giving up its partitions and receiving its new ones, and one that left
+the group serve nothing and are not.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class RestoreTracker:
     def __init__(self, metrics: Metrics | None = None) -> None:
         self._metrics = metrics
         self._joined = False
+        self._rebalancing = False
         self._stopping = False
         self._assigned: set[Hashable] = set()
         self._restoring: dict[Hashable, float] = {}
@@ -45,8 +47,10 @@ class RestoreTracker:
         return self._lost() if self._lost is not None else None
 
     def assigned(self, partitions: Iterable[Hashable]) -> None:
-        """Partitions were added to this instance; each restores before it serves."""
+        """Partitions were added to this instance (a rebalance ended); each restores before it
+        serves."""
         self._joined = True
+        self._rebalancing = False
         now = time.monotonic()
         for partition in partitions:
             self._assigned.add(partition)
@@ -60,6 +64,16 @@ class RestoreTracker:
             self._restoring.pop(partition, None)
         if self._metrics is not None:
             self._metrics.rebalance("lost" if lost else "revoked", len(self._assigned))
+
+    def rebalancing(self) -> None:
+        """A rebalance began: the instance holds nothing until its new partitions are given."""
+        self._rebalancing = True
+
+    def left(self) -> None:
+        """The instance left its group (a drain, a stop): it holds nothing from now on."""
+        self.revoked(list(self._assigned))
+        self._joined = False
+        self._rebalancing = False
 
     def restoring(self, partition: Hashable) -> None:
         """An owned partition restores again (its owner was re-created): not ready until done."""
@@ -78,13 +92,18 @@ class RestoreTracker:
 
     def __call__(self) -> bool:
         return (
-            self._joined and not self._stopping and not self._restoring and self._lost_why() is None
+            self._joined
+            and not self._rebalancing
+            and not self._stopping
+            and not self._restoring
+            and self._lost_why() is None
         )
 
     def describe(self) -> dict[str, Any]:
         """A JSON-able snapshot for the ``/readyz`` body."""
         snapshot: dict[str, Any] = {
             "joined": self._joined,
+            "rebalancing": self._rebalancing,
             "stopping": self._stopping,
             "assigned": sorted(str(p) for p in self._assigned),
             "restoring": sorted(str(p) for p in self._restoring),

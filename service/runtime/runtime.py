@@ -289,7 +289,7 @@ class Runtime:
             await consumer.stop()
             # Out of the group: nothing is held (after a drain the process lives on, probed).
             self._ops.readiness.membership(None)
-            self._ops.readiness.revoked(self._assigned)
+            self._ops.readiness.left()
             self._assigned = set()
             if scratch is not None:
                 scratch.cleanup()
@@ -327,6 +327,7 @@ class Runtime:
         logger.info("partitions=<%s> | partitions revoked", sorted(partitions))
         self._assigned -= partitions
         self._ops.readiness.revoked(partitions)
+        self._ops.readiness.rebalancing()
         await self._stop_owners(partitions)
         if self._standby is not None and not self._stopping:
             self._standby.follow(partitions)

@@ -109,7 +109,10 @@ async def test_readyz_is_false_while_restoring_and_true_after(cluster: Cluster) 
                 assert response.status == 200
                 assert (await response.json())["status"] == "drained"
             status, body = await _get(http, port, "/readyz")
-            assert status == 503 and orjson.loads(body)["stopping"] is True, body
+            detail = orjson.loads(body)
+            assert status == 503 and detail["stopping"] is True, body
+            # Out of the group: nothing held, nothing joined.
+            assert detail["joined"] is False and detail["assigned"] == [], body
             assert (await _get(http, port, "/livez"))[0] == 200
         assert await proc.terminate() == 0, proc.text()[-3000:]
 

@@ -67,6 +67,55 @@ async def test_empty_assignment_after_join_is_ready() -> None:
     assert tracker()
 
 
+async def test_a_rebalance_is_not_ready_until_its_partitions_are_given_and_restored() -> None:
+    tracker = RestoreTracker()
+    tracker.assigned([0, 1])
+    tracker.restored(0)
+    tracker.restored(1)
+    assert tracker()
+    # An eager rebalance takes every partition back before the group hands out new ones.
+    tracker.revoked([0, 1])
+    tracker.rebalancing()
+    assert not tracker()
+    assert tracker.describe() == {
+        "joined": True,
+        "rebalancing": True,
+        "stopping": False,
+        "assigned": [],
+        "restoring": [],
+    }
+    tracker.assigned([1])
+    assert not tracker()
+    tracker.restored(1)
+    assert tracker()
+    # A rebalance that leaves the instance nothing still ends in ready: more members than
+    # partitions.
+    tracker.revoked([1])
+    tracker.rebalancing()
+    tracker.assigned([])
+    assert tracker()
+    assert tracker.describe()["rebalancing"] is False
+
+
+async def test_an_instance_that_left_its_group_says_so() -> None:
+    metrics = Metrics()
+    tracker = RestoreTracker(metrics)
+    tracker.assigned([0, 1])
+    tracker.restored(0)
+    tracker.stopping()
+    tracker.left()
+    assert not tracker()
+    assert tracker.describe() == {
+        "joined": False,
+        "rebalancing": False,
+        "stopping": True,
+        "assigned": [],
+        "restoring": [],
+    }
+    samples = _samples(metrics.render().decode())
+    assert samples[("cairn_assigned_partitions", ())] == 0
+
+
 async def test_livez_reports_a_stalled_loop_and_a_broken_check_as_unavailable() -> None:
     alive = {"value": True}
 

@@ -259,3 +259,34 @@ async def test_a_stop_does_not_wait_for_a_heartbeat_left_unanswered() -> None:
     assert not gate.is_set()
     assert len(script.started) == 1, "an owner was re-created while stopping"
     assert took_s < 1.0, took_s
+
+
+async def test_a_rebalance_is_not_ready_from_the_revoke_until_the_new_partitions_restored() -> None:
+    # An eager rebalance revokes everything first: between the revoke and the new assignment the
+    # instance holds nothing, and is not ready although nothing restores.
+    script = _Script(["serve", "serve"])
+    ops = Operability(port=None)
+    runtime = Runtime(
+        Settings(),
+        {},
+        operability=ops,
+        owner_factory=lambda partition, ctx: _StandInOwner(  # type: ignore[arg-type,return-value]
+            script, partition, ctx
+        ),
+    )
+    async with asyncio.timeout(5), asyncio.TaskGroup() as tasks:
+        runtime._tasks = tasks
+        runtime._ctx = SimpleNamespace(on_restored=runtime._restored)  # type: ignore[assignment]
+        await runtime._assign({3})
+        await script.serving.wait()
+        assert ops.readiness()
+        await runtime._revoke({3})
+        assert not ops.readiness()
+        assert ops.readiness.describe()["rebalancing"] is True
+        assert ops.readiness.describe()["assigned"] == []
+        script.serving.clear()
+        await runtime._assign({4})
+        await script.serving.wait()
+        assert ops.readiness()
+        assert ops.readiness.describe()["assigned"] == ["4"]
+        await runtime._stop_owners({4})
