@@ -94,7 +94,9 @@ def describe_invalid_settings(exc: ValidationError) -> str:
         message = str(error["msg"]).removeprefix("Value error, ")
         loc = [str(part) for part in error["loc"]]
         name = "CAIRN_" + "__".join(loc).upper() if loc else None
-        problems.append(f"{name}: {message}" if name else message)
+        # A rule across settings names its variables itself.
+        named = name is None or message.startswith("CAIRN_")
+        problems.append(message if named else f"{name}: {message}")
     noun = "setting" if len(problems) == 1 else "settings"
     return f"invalid {noun}: " + "; ".join(problems)
 

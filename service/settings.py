@@ -141,10 +141,11 @@ class TopicSettings(BaseModel):
         for name in names:
             shared = [role for role, other in zip(TOPIC_ROLES, names, strict=True) if other == name]
             if len(shared) > 1:
-                variables = ", ".join(f"CAIRN_TOPICS__{role.upper()}" for role in shared)
+                names = [f"CAIRN_TOPICS__{role.upper()}" for role in shared]
+                variables = f"{', '.join(names[:-1])} and {names[-1]}"
                 raise ValueError(
-                    f"{' and '.join(shared)} name the same topic ({variables}): every role "
-                    "needs a topic of its own"
+                    f"{variables} name the same topic: every role ({', '.join(shared)}) needs a "
+                    "topic of its own"
                 )
         return self
 
@@ -171,7 +172,10 @@ class GroupSettings(BaseModel):
     @model_validator(mode="after")
     def _heartbeat_below_session(self) -> GroupSettings:
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
-            raise ValueError("heartbeat_interval_ms must be lower than session_timeout_ms")
+            raise ValueError(
+                f"CAIRN_GROUP__HEARTBEAT_INTERVAL_MS ({self.heartbeat_interval_ms} ms) must be "
+                f"lower than CAIRN_GROUP__SESSION_TIMEOUT_MS ({self.session_timeout_ms} ms)"
+            )
         return self
 
 
@@ -296,9 +300,16 @@ class Settings(BaseSettings):
     def _grace_within_rebalance(self) -> Settings:
         rebalance_ms = self.group.rebalance_timeout_ms or self.group.session_timeout_ms
         if self.runtime.revoke_grace_s * 1000 >= rebalance_ms:
+            timeout = (
+                "CAIRN_GROUP__REBALANCE_TIMEOUT_MS"
+                if self.group.rebalance_timeout_ms
+                else "CAIRN_GROUP__SESSION_TIMEOUT_MS, the rebalance timeout when "
+                "CAIRN_GROUP__REBALANCE_TIMEOUT_MS is unset"
+            )
             raise ValueError(
-                "runtime.revoke_grace_s must be shorter than the group's rebalance timeout "
-                f"({rebalance_ms} ms), or a draining member is dropped from the group"
+                f"CAIRN_RUNTIME__REVOKE_GRACE_S ({self.runtime.revoke_grace_s:g} s) must be "
+                f"shorter than the group's rebalance timeout ({timeout}: {rebalance_ms} ms), or "
+                "a draining member is dropped from the group"
             )
         return self
 
@@ -362,8 +373,6 @@ def unknown_settings(environ: Mapping[str, str]) -> list[tuple[str, str | None]]
     """Each ``CAIRN_`` variable of ``environ`` that names no setting (a misspelt name is
     otherwise ignored without a word), with the setting it was likely meant to be."""
     known = setting_names()
-    # A name with ``__`` names a setting of a group: the group alone is no likely meaning.
-    fields = [name for name in known if "__" in name or name not in _GROUPS]
     found: list[tuple[str, str | None]] = []
     for name in sorted(environ):
         upper = name.upper()
@@ -371,7 +380,20 @@ def unknown_settings(environ: Mapping[str, str]) -> list[tuple[str, str | None]]
             continue
         if SERVICE_LINK.fullmatch(upper):
             continue
-        candidates = fields if "__" in upper else known
-        close = difflib.get_close_matches(upper, candidates, n=1, cutoff=0.8)
-        found.append((name, close[0] if close else None))
+        found.append((name, _likely_meant(upper, known)))
     return found
+
+
+def _likely_meant(upper: str, known: list[str]) -> str | None:
+    """The setting a variable that names none was likely meant to be: the one field whose own
+    name it is (``CAIRN_GROUP_ID``: ``CAIRN_GROUP__GROUP_ID``), else the closest spelling of a
+    field, else (for a name without ``__``) of a group. A group is never offered for a name a
+    field is close to: its variable takes a whole JSON object."""
+    fields = [name for name in known if name not in _GROUPS]
+    own = [name for name in fields if name.partition("__")[2] == upper.removeprefix("CAIRN_")]
+    if len(own) == 1:
+        return own[0]
+    close = difflib.get_close_matches(upper, fields, n=1, cutoff=0.8)
+    if not close and "__" not in upper:
+        close = difflib.get_close_matches(upper, sorted(_GROUPS), n=1, cutoff=0.8)
+    return close[0] if close else None

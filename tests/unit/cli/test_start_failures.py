@@ -100,7 +100,7 @@ def test_an_invalid_setting_is_one_line_naming_it(
 @pytest.mark.parametrize(
     ("value", "says"),
     [
-        ("cairn.control", "CAIRN_TOPICS: commands and control name the same topic"),
+        ("cairn.control", "CAIRN_TOPICS__COMMANDS and CAIRN_TOPICS__CONTROL name the same topic"),
         ("", "CAIRN_TOPICS__COMMANDS: a topic name cannot be empty"),
         ("cairn/commands", "CAIRN_TOPICS__COMMANDS: a topic name holds only ASCII letters"),
     ],

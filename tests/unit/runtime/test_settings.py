@@ -40,8 +40,24 @@ def test_grace_longer_than_the_rebalance_timeout_is_refused(
 ) -> None:
     monkeypatch.setenv("CAIRN_GROUP__REBALANCE_TIMEOUT_MS", "6000")
     monkeypatch.setenv("CAIRN_RUNTIME__REVOKE_GRACE_S", "8")
-    with pytest.raises(ValidationError, match="revoke_grace_s"):
+    with pytest.raises(ValidationError) as refused:
         Settings()
+    assert (
+        "CAIRN_RUNTIME__REVOKE_GRACE_S (8 s) must be shorter than the group's rebalance timeout "
+        "(CAIRN_GROUP__REBALANCE_TIMEOUT_MS: 6000 ms)"
+    ) in str(refused.value)
+
+
+def test_a_heartbeat_not_below_the_session_timeout_is_refused_naming_both_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CAIRN_GROUP__HEARTBEAT_INTERVAL_MS", "6000")
+    with pytest.raises(ValidationError) as refused:
+        Settings()
+    assert (
+        "CAIRN_GROUP__HEARTBEAT_INTERVAL_MS (6000 ms) must be lower than "
+        "CAIRN_GROUP__SESSION_TIMEOUT_MS (6000 ms)"
+    ) in str(refused.value)
 
 
 def test_defaults_keep_takeover_short_and_leave_room_for_a_drain() -> None:
@@ -70,6 +86,26 @@ def test_every_setting_name_is_read_and_no_other_is_taken_for_one(
             "OTHER": "x",
         }
     ) == [("cairn_runtime__max_inflight", "CAIRN_RUNTIME__MAX_IN_FLIGHT")]
+
+
+def test_a_field_named_without_its_group_is_told_with_the_group() -> None:
+    """``CAIRN_GROUP_ID`` is close to the group ``CAIRN_GROUP`` (a JSON object), but meant its
+    field ``group_id``; a field's own name is taken only where one group has it."""
+    assert unknown_settings(
+        {
+            "CAIRN_GROUP_ID": "cairn",
+            "CAIRN_COMMANDS": "in",
+            "CAIRN_IDLE_TTL_S": "60",
+            "CAIRN_SESSION_TIMEOUT_MS": "6000",
+            "CAIRN_GROUPS": "{}",
+        }
+    ) == [
+        ("CAIRN_COMMANDS", "CAIRN_TOPICS__COMMANDS"),
+        ("CAIRN_GROUPS", "CAIRN_GROUP"),
+        ("CAIRN_GROUP_ID", "CAIRN_GROUP__GROUP_ID"),
+        ("CAIRN_IDLE_TTL_S", "CAIRN_SESSIONS__IDLE_TTL_S"),
+        ("CAIRN_SESSION_TIMEOUT_MS", "CAIRN_GROUP__SESSION_TIMEOUT_MS"),
+    ]
 
 
 def test_a_group_setting_misspelt_is_told_with_the_setting_it_likely_meant() -> None:
@@ -151,8 +187,15 @@ def test_a_topic_name_kafka_refuses_is_refused(name: str, says: str) -> None:
 def test_two_roles_on_one_topic_are_refused_naming_both_variables() -> None:
     with pytest.raises(ValidationError) as refused:
         TopicSettings(events="cairn.results")
-    assert "results and events name the same topic" in str(refused.value)
-    assert "CAIRN_TOPICS__RESULTS, CAIRN_TOPICS__EVENTS" in str(refused.value)
+    assert "CAIRN_TOPICS__RESULTS and CAIRN_TOPICS__EVENTS name the same topic" in str(
+        refused.value
+    )
+    with pytest.raises(ValidationError) as refused:
+        TopicSettings(events="cairn.results", dlq="cairn.results")
+    assert (
+        "CAIRN_TOPICS__RESULTS, CAIRN_TOPICS__EVENTS and CAIRN_TOPICS__DLQ name the same topic"
+        in str(refused.value)
+    )
 
 
 def test_the_service_names_every_unknown_variable_in_one_warning(
