@@ -22,6 +22,7 @@ from service.client.kafka_io import ClientError
 from service.serve_cli import load_settings
 from service.sessions.versions import HISTORY_PAGE_MAX
 from service.settings import Settings, bootstrap_problem
+from service.wire.base import MAX_ID_LENGTH
 
 Action = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
 Subparsers = Any
@@ -90,7 +91,9 @@ def _add_common(parser: argparse.ArgumentParser, *, waits: bool) -> None:
         help="Kafka bootstrap servers, HOST:PORT[,HOST:PORT...] (default: from CAIRN_ settings)",
     )
     if waits:
-        parser.add_argument("--command-id", help="the command id (default: a new random one)")
+        parser.add_argument(
+            "--command-id", type=_wire_id, help="the command id (default: a new random one)"
+        )
         parser.add_argument(
             "--wait", action="store_true", help="follow the session until this command's result"
         )
@@ -206,8 +209,10 @@ def register_client_commands(subparsers: Subparsers) -> None:
     """Add the client's subcommands; each is handled by :func:`run_client_command`."""
     p = subparsers.add_parser("invoke", help="run an agent on a prompt in a session")
     p.add_argument("prompt", help="the user prompt")
-    p.add_argument("--session", required=True, help="session id (also the record key)")
-    p.add_argument("--agent", default="demo", help="agent name (default: demo)")
+    p.add_argument(
+        "--session", type=_wire_id, required=True, help="session id (also the record key)"
+    )
+    p.add_argument("--agent", type=_wire_id, default="demo", help="agent name (default: demo)")
     p.add_argument(
         "--checkpointing", action="store_true", help="pause at every checkpoint of this turn"
     )
@@ -215,7 +220,7 @@ def register_client_commands(subparsers: Subparsers) -> None:
     p.set_defaults(handler=run_client_command, client_action=_invoke)
 
     p = subparsers.add_parser("resume", help="continue a paused session")
-    p.add_argument("--session", required=True)
+    p.add_argument("--session", type=_wire_id, required=True)
     how = p.add_mutually_exclusive_group()
     how.add_argument(
         "--checkpoint", help="checkpoint JSON (default: the one the session is paused at)"
@@ -241,6 +246,7 @@ def register_client_commands(subparsers: Subparsers) -> None:
     )
     p.add_argument(
         "--interrupt",
+        type=_wire_id,
         metavar="ID",
         help="the tool_outcome_unknown interrupt to answer (needed when several are pending)",
     )
@@ -248,15 +254,15 @@ def register_client_commands(subparsers: Subparsers) -> None:
     p.set_defaults(handler=run_client_command, client_action=_resume)
 
     p = subparsers.add_parser("cancel", help="cancel what a session is doing (or one command)")
-    p.add_argument("--session", required=True)
-    p.add_argument("--command", help="cancel exactly this command id")
+    p.add_argument("--session", type=_wire_id, required=True)
+    p.add_argument("--command", type=_wire_id, help="cancel exactly this command id")
     p.add_argument("--after-current-tools", action="store_true", help="let running tools finish")
     p.add_argument("--message", help="text of the assistant message the cancel leaves")
     _add_common(p, waits=True)
     p.set_defaults(handler=run_client_command, client_action=_cancel)
 
     p = subparsers.add_parser("watch", help="print results and events as they are committed")
-    p.add_argument("--session", help="only this session (default: all)")
+    p.add_argument("--session", type=_wire_id, help="only this session (default: all)")
     p.add_argument("--from-beginning", action="store_true", help="replay what is already there")
     p.add_argument("--no-events", action="store_true", help="show only results")
     _add_common(p, waits=False)
@@ -265,15 +271,19 @@ def register_client_commands(subparsers: Subparsers) -> None:
     p = subparsers.add_parser("session", help="inspect sessions")
     session_commands = p.add_subparsers(dest="session_command", required=True)
     show = session_commands.add_parser("show", help="state, pause point and last results")
-    show.add_argument("session", help="session id")
+    show.add_argument("session", type=_wire_id, help="session id")
     show.add_argument("--results", type=_positive, default=3, help="how many results (default: 3)")
     _add_common(show, waits=False)
     show.set_defaults(handler=run_client_command, client_action=_session_show)
     delete = session_commands.add_parser(
         "delete", help="delete a session: stop what it runs, skip what it queued, drop its state"
     )
-    delete.add_argument("--session", required=True, help="session id (also the record key)")
-    delete.add_argument("--command-id", help="the command id (default: a new random one)")
+    delete.add_argument(
+        "--session", type=_wire_id, required=True, help="session id (also the record key)"
+    )
+    delete.add_argument(
+        "--command-id", type=_wire_id, help="the command id (default: a new random one)"
+    )
     delete.add_argument(
         "--no-wait", action="store_true", help="publish only; do not wait for the result"
     )
@@ -285,7 +295,7 @@ def register_client_commands(subparsers: Subparsers) -> None:
     listing = session_commands.add_parser(
         "history", help="the session's versions (one per committed step), newest first"
     )
-    listing.add_argument("session", help="session id")
+    listing.add_argument("session", type=_wire_id, help="session id")
     listing.add_argument(
         "--limit",
         type=_page_size,
@@ -301,14 +311,34 @@ def register_client_commands(subparsers: Subparsers) -> None:
     fork = session_commands.add_parser(
         "fork", help="create a new session from a version of this one (left unchanged)"
     )
-    fork.add_argument("session", help="the session to fork from")
+    fork.add_argument("session", type=_wire_id, help="the session to fork from")
     fork.add_argument("--at", type=_positive, required=True, metavar="V", help="its version")
     fork.add_argument(
-        "--as", dest="target", required=True, metavar="S2", help="the new session's id"
+        "--as",
+        dest="target",
+        type=_wire_id,
+        required=True,
+        metavar="S2",
+        help="the new session's id",
     )
     _add_no_wait(fork)
     _add_common(fork, waits=False)
     fork.set_defaults(handler=run_client_command, client_action=_session_fork)
+
+
+def _wire_id(text: str) -> str:
+    """A session, command, agent or interrupt id given on the command line, checked as the wire
+    checks it (1 to ``MAX_ID_LENGTH`` characters, no NUL), so a refusal names the option and
+    comes with the usage line, before anything is read or sent."""
+    if not text:
+        raise argparse.ArgumentTypeError("an id cannot be empty")
+    if len(text) > MAX_ID_LENGTH:
+        raise argparse.ArgumentTypeError(
+            f"an id is at most {MAX_ID_LENGTH} characters, this one has {len(text)}"
+        )
+    if "\x00" in text:
+        raise argparse.ArgumentTypeError("an id cannot hold a NUL character")
+    return text
 
 
 def _positive(text: str, most: int | None = None) -> int:

@@ -325,35 +325,60 @@ def test_an_id_with_bidi_controls_is_shown_escaped(capsys: pytest.CaptureFixture
 CHECKPOINT_JSON = orjson.dumps(CHECKPOINT).decode()
 
 
+LONG_ID = "x" * 257
+EMPTY = "an id cannot be empty"
+TOO_LONG = "an id is at most 256 characters, this one has 257"
+
+
 @pytest.mark.parametrize(
-    ("argv", "field"),
+    ("argv", "option", "says"),
     [
-        (["invoke", "--session", "s", "--command-id", "", "hi"], "command_id"),
+        (["invoke", "--session", "s", "--command-id", "", "hi"], "--command-id", EMPTY),
+        (["invoke", "--session", "", "hi"], "--session", EMPTY),
+        (["invoke", "--session", "s", "--agent", "", "hi"], "--agent", EMPTY),
+        (["invoke", "--session", LONG_ID, "hi"], "--session", TOO_LONG),
         (["resume", "--session", "s", "--checkpoint", CHECKPOINT_JSON, "--command-id", ""],
-         "command_id"),
-        (["cancel", "--session", "s", "--command-id", ""], "command_id"),
-        (["cancel", "--session", "s", "--command", ""], "target_command_id"),
-        (["session", "delete", "--session", "s", "--command-id", ""], "command_id"),
+         "--command-id", EMPTY),
+        (["resume", "--session", "s", "--retry", "--interrupt", ""], "--interrupt", EMPTY),
+        (["cancel", "--session", "s", "--command-id", ""], "--command-id", EMPTY),
+        (["cancel", "--session", "s", "--command", ""], "--command", EMPTY),
+        (["watch", "--session", ""], "--session", EMPTY),
+        (["session", "show", ""], "session", EMPTY),
+        (["session", "history", LONG_ID], "session", TOO_LONG),
+        (["session", "fork", "s", "--at", "1", "--as", ""], "--as", EMPTY),
+        (["session", "delete", "--session", "s", "--command-id", ""], "--command-id", EMPTY),
     ],
 )  # fmt: skip
-def test_an_empty_command_id_is_refused_before_anything_is_sent(
+def test_an_id_the_wire_refuses_is_refused_with_the_usage_before_anything_is_sent(
     argv: list[str],
-    field: str,
+    option: str,
+    says: str,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """An empty ``--command-id`` was taken for none: a random id went out instead, one the
-    person could not know, while an empty ``--command`` was refused."""
+    """An empty ``--command-id`` was once taken for none: a random id went out instead, one the
+    person could not know. An id the wire refuses is named by its option, as any other argument
+    is, with the usage line."""
 
     async def sent(*args: object) -> tuple[int, int]:
-        raise AssertionError("a command with an empty id was sent")
+        raise AssertionError("a command with an id the wire refuses was sent")
 
     monkeypatch.setattr(actions, "publish", sent)
     monkeypatch.setenv("CAIRN_KAFKA__BOOTSTRAP_SERVERS", "127.0.0.1:1")  # no broker, ever
-    assert main(argv) == 2
-    [line] = capsys.readouterr().err.splitlines()
-    assert line.startswith("error: invalid ")
-    assert f"{field}: String should have at least 1 character" in line
+    with pytest.raises(SystemExit) as caught:
+        main(argv)
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: cairn ")
+    assert f"error: argument {option}: {says}" in err.splitlines()[-1]
+
+
+def test_an_id_of_the_longest_length_the_wire_takes_is_taken() -> None:
+    longest = "x" * 256
+    args = build_parser().parse_args(
+        ["invoke", "--session", longest, "--command-id", longest, "hi"]
+    )
+    assert args.session == longest and args.command_id == longest
 
 
 @pytest.mark.parametrize(
