@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,7 +38,10 @@ FILE_SUFFIXES = (".toml", ".yaml", ".yml")
 
 
 def load_agents(source: str | Path, env: Mapping[str, str]) -> dict[str, AgentDefinition]:
-    """Agents named by ``source``: an agents file path or a registry import path."""
+    """Agents named by ``source``: an agents file path or a registry import path. The modules
+    their import paths name are looked for in the installed packages, then in the working
+    directory, as a person who writes ``myagents:registry`` beside the file expects."""
+    modules_of_the_working_directory()
     text = str(source)
     if isinstance(source, Path) or text.lower().endswith(FILE_SUFFIXES):
         agents = load_agents_file(Path(text), env)
@@ -55,6 +60,15 @@ def load_agents(source: str | Path, env: Mapping[str, str]) -> dict[str, AgentDe
             agent.checkpointing,
         )
     return agents
+
+
+def modules_of_the_working_directory() -> None:
+    """Make the working directory's modules importable, after everything else on the path: a
+    console script's path starts at its own folder, not the working directory (as ``python -m``
+    would), and a module there must not hide an installed package of the same name."""
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.append(here)
 
 
 def _load_registry(path: str) -> dict[str, AgentDefinition]:

@@ -281,3 +281,31 @@ def test_a_variable_that_names_no_setting_is_a_warning_naming_the_likely_one() -
         "(did you mean CAIRN_KAFKA__BOOTSTRAP_SERVERS?)",
         "cairn agents list: warning: CAIRN_NOTHING_LIKE_IT is no setting, ignored",
     ]
+
+
+def test_the_modules_of_the_working_directory_can_host_agents(tmp_path: Path) -> None:
+    """The ``cairn`` console script's import path starts at its own folder, not the working
+    directory: a registry and a tool beside the agents file were not found without PYTHONPATH."""
+    (tmp_path / "my_registry.py").write_text("from service.demo import agents\n")
+    (tmp_path / "my_tools.py").write_text(
+        "def shout(text: str) -> str:\n    '''Say it louder.'''\n    return text.upper()\n"
+    )
+    (tmp_path / "agents.toml").write_text(
+        '[[agents]]\nname = "loud"\nmodel = "m"\ntools = ["my_tools:shout"]\n'
+        'provider = { type = "openai_compat", base_url = "http://localhost:1/v1" }\n'
+    )
+    cairn = Path(sys.executable).with_name("cairn")
+    env = _env()
+    del env["PYTHONPATH"]  # the package is installed; the working directory is not on the path
+    for config, shows in (("my_registry:agents", "demo-checkpointed"), ("agents.toml", "shout")):
+        done = subprocess.run(
+            [str(cairn), "agents", "list", "--config", config],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert shows in done.stdout
