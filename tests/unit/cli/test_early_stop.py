@@ -4,6 +4,7 @@ traceback."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 
@@ -18,6 +19,13 @@ time.sleep(30)
 """
 
 
+def _default_signals() -> None:
+    # A shell without job control starts a background command with SIGINT ignored, and Python
+    # then installs no KeyboardInterrupt handler: the child starts from the defaults instead.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _run(script: str, sent: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", script.format(signal=sent)],
@@ -25,6 +33,7 @@ def _run(script: str, sent: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=30,
         check=False,
+        preexec_fn=_default_signals,
     )
 
 
