@@ -54,6 +54,9 @@ def _container_broker() -> Iterator[str]:
         .with_kraft()
         .with_env("KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR", "1")
         .with_env("KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "1")
+        # The services the tests start use a 3 s session timeout (tests/support/runtime_harness.py).
+        .with_env("KAFKA_GROUP_MIN_SESSION_TIMEOUT_MS", "1000")
+        .with_env("KAFKA_LOG_CLEANER_BACKOFF_MS", "1000")
     )
     with container as kafka:
         yield kafka.get_bootstrap_server()

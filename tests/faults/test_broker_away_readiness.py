@@ -16,6 +16,7 @@ import pytest
 
 from tests.support.own_broker import OwnBroker, own_broker
 from tests.support.runtime_harness import (
+    SESSION_TIMEOUT_MS,
     Client,
     Cluster,
     ServiceProcess,
@@ -28,8 +29,7 @@ from tests.support.runtime_harness import (
 
 pytestmark = [pytest.mark.kafka, pytest.mark.faults, pytest.mark.timeout(400)]
 
-SESSION_TIMEOUT_S = 6.0
-"""The harness's ``CAIRN_GROUP__SESSION_TIMEOUT_MS``."""
+SESSION_TIMEOUT_S = SESSION_TIMEOUT_MS / 1000
 
 
 @pytest.fixture

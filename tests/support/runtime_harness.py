@@ -38,6 +38,11 @@ from service.settings import KafkaSettings, RuntimeSettings, TopicSettings
 REPO = Path(__file__).resolve().parents[2]
 _counter = itertools.count()
 
+SESSION_TIMEOUT_MS = 3000
+"""The group session timeout of the services the harness starts: a killed owner's partitions
+move once it expires, so it sets how long every kill test waits. Below Kafka's default floor
+(``group.min.session.timeout.ms``, 6 s), which the brokers of ``deploy/local-kafka`` lower."""
+
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
@@ -116,7 +121,7 @@ class Cluster:
             "CAIRN_TOPICS__DLQ": topics.dlq,
             "CAIRN_TOPICS__PARTITIONS": str(self.partitions),
             "CAIRN_GROUP__GROUP_ID": self.group,
-            "CAIRN_GROUP__SESSION_TIMEOUT_MS": "6000",
+            "CAIRN_GROUP__SESSION_TIMEOUT_MS": str(SESSION_TIMEOUT_MS),
             "CAIRN_GROUP__HEARTBEAT_INTERVAL_MS": "500",
             "CAIRN_RUNTIME__REVOKE_GRACE_S": "3",
             "CAIRN_RUNTIME__TRANSACTION_TIMEOUT_MS": "20000",
