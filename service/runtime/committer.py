@@ -2,10 +2,14 @@
 transaction of its stream (the instance's, or the partition's own).
 
 Guarantee: an outcome's records, its session state and the input offsets it finishes become
-visible together or not at all; transactions never span a model or tool call (they hold only
-work already done), one partition has at most one share in flight at any moment, every share of
-a stream shared by the instance carries the partition's input offsets (what fences a zombie's
-transaction), and a final flush moves the input offsets to where the partition's work ends.
+visible together or not at all; an outcome no session state records (``replay_unsafe``: a dead
+letter, an answer to a command of no session) is committed only once every earlier record of
+its input partition is, in a commit that moves the input offsets past its own, so no later
+owner reads it again and answers it twice; transactions never span a model or tool call (they
+hold only work already done), one partition has at most one share in flight at any moment,
+every share of a stream shared by the instance carries the partition's input offsets (what
+fences a zombie's transaction), and a final flush moves the input offsets to where the
+partition's work ends.
 """
 
 from __future__ import annotations
@@ -73,6 +77,9 @@ class Committer:
         self._observer = observer
         self._on_finished = on_finished
         self._pending: list[Outcome] = []
+        self._held: list[Outcome] = []
+        """Outcomes no state records, waiting for the records before theirs (not submitted
+        yet: a flush does not wait for them, and a stopping owner leaves them to the next)."""
         self._wakeup = asyncio.Event()
         self._submitted = 0
         self._committed = 0
@@ -91,9 +98,36 @@ class Committer:
         self.transactions += 1
 
     def submit(self, outcome: Outcome) -> None:
+        if outcome.replay_unsafe and not self._passable(outcome):
+            self._held.append(outcome)
+            return
         self._pending.append(outcome)
         self._submitted += 1
         self._wakeup.set()
+
+    def _passable(self, outcome: Outcome) -> bool:
+        """Every record before those ``outcome`` finishes is handed to a commit: the commit
+        that finishes them moves the input offsets past them."""
+        return all(
+            self._trackers[origin.topic].position >= origin.offset for origin in outcome.finished
+        )
+
+    def _release(self, batch: list[Outcome]) -> None:
+        """Add to ``batch`` the held outcomes whose earlier records it finished (each one
+        released may let a later one go), finishing their records too."""
+        while self._held:
+            ready = [outcome for outcome in self._held if self._passable(outcome)]
+            if not ready:
+                return
+            self._held = [outcome for outcome in self._held if outcome not in ready]
+            self._submitted += len(ready)
+            for outcome in ready:
+                self._finish(outcome)
+            batch.extend(ready)
+
+    def _finish(self, outcome: Outcome) -> None:
+        for origin in outcome.finished:
+            self._trackers[origin.topic].finished(origin.offset)
 
     async def flush(self, *, final: bool = False) -> None:
         """Wait until everything submitted so far is committed (or the committer died).
@@ -155,13 +189,13 @@ class Committer:
         return self._offsets_asked > self._offsets_served
 
     async def _commit(self, batch: list[Outcome]) -> None:
+        """Commit ``batch`` (with the held outcomes it lets go, appended to it)."""
         started = time.monotonic()
-        records, results, states = self._records_of(batch)
-        finished = 0
         for outcome in batch:
-            finished += len(outcome.finished)
-            for origin in outcome.finished:
-                self._trackers[origin.topic].finished(origin.offset)
+            self._finish(outcome)
+        self._release(batch)
+        records, results, states = self._records_of(batch)
+        finished = sum(len(outcome.finished) for outcome in batch)
         asked = self._offsets_asked
         if (
             not batch

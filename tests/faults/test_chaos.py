@@ -2,10 +2,13 @@
 sessions on three instances: an instance killed (kill -9), stopped past its session timeout and
 resumed (SIGSTOP, then SIGCONT: a zombie that comes back), drained (SIGTERM), and the broker
 restarted (a controlled shutdown or a kill -9). A killed or drained instance is replaced at once.
+Hostile records (random bytes, mutated commands: ``tests.support.hostile``) go into the commands
+and control topics all along, onto the same partitions as the sessions.
 
 After each fault every session must be answered again; at the end, with every instance stopped,
-what the client saw must be whole (``check_whole``: one result per command, in order, events
-neither doubled nor missing, tools run again only by a new owner, no transaction left open).
+what the client saw must be whole (``check_whole``: one result per command, in order, one answer
+per hostile record, events neither doubled nor missing, tools run again only by a new owner, no
+transaction left open).
 
 ``CAIRN_TEST_CHAOS_FAULTS`` sets how many faults (default 6), ``CAIRN_TEST_CHAOS_SEED`` the seed
 (default: a new one each run). Every failure names the seed and the faults made, so a run can be
@@ -25,7 +28,7 @@ import pytest
 
 from tests.support.own_broker import OwnBroker, own_broker
 from tests.support.runtime_harness import Cluster, ServiceProcess, services, unique
-from tests.support.under_load import Load, RestartTolerantClient, check_whole, restart
+from tests.support.under_load import Hostile, Load, RestartTolerantClient, check_whole, restart
 
 FAULTS = int(os.environ.get("CAIRN_TEST_CHAOS_FAULTS", "6"))
 SEED = int(os.environ.get("CAIRN_TEST_CHAOS_SEED") or random.SystemRandom().randrange(2**32))
@@ -41,6 +44,8 @@ WEIGHTS = (4, 3, 2, 1, 1)
 """Instance faults more often than broker restarts, which take the longest."""
 STOPPED_S = (1.0, 8.0)
 """How long a stopped instance stays stopped: from under to well past its session timeout."""
+HOSTILE = 100 + 60 * FAULTS
+"""Hostile records at most (one every 0.15 s on average, until the load stops)."""
 
 
 @pytest.fixture
@@ -77,8 +82,10 @@ async def test_random_faults_under_load_lose_and_double_nothing(
             await proc.wait_ready(timeout=60)
         async with RestartTolerantClient(cluster, broker_up) as client:
             load = Load(client, sessions)
+            hostile = Hostile(client, HOSTILE, SEED)
             async with asyncio.TaskGroup() as group:
                 drivers = [group.create_task(load.drive(s, a)) for s, a in sessions.items()]
+                drivers.append(group.create_task(hostile.drive(load.stopping)))
                 await load.every_session_answered_again(f"before any fault ({context()})")
                 for _ in range(FAULTS):
                     # A random moment of the sessions' steps: a commit, a tool, a restore.
@@ -112,4 +119,4 @@ async def test_random_faults_under_load_lose_and_double_nothing(
                 assert code == 0, (context(), proc.name, proc.text()[-3000:])
             await client.caught_up()
 
-    await check_whole(broker, cluster, client, load, procs, context())
+    await check_whole(broker, cluster, client, load, procs, context(), hostile)

@@ -2,14 +2,16 @@
 
 Shared by the fault tests that restart the broker or kill, stop and drain instances while
 sessions run: a client that reads and sends through broker restarts, one closed loop per
-session, and :func:`check_whole`, the checks every such run ends with (one result per command,
-events neither doubled nor missing, tools run again only by a new owner, no transaction left
-open).
+session, hostile records sent now and then beside them (:class:`Hostile`), and
+:func:`check_whole`, the checks every such run ends with (one result per command, one answer per
+hostile record, events neither doubled nor missing, tools run again only by a new owner, no
+transaction left open).
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 import re
 import time
 from collections import Counter, defaultdict
@@ -19,7 +21,9 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
+from aiokafka.structs import RecordMetadata
 
+from tests.support.hostile import Sent, answers_of, generate, ids_of, source_of
 from tests.support.kafka_logs import explain
 from tests.support.own_broker import OwnBroker
 from tests.support.runtime_harness import (
@@ -82,6 +86,16 @@ class RestartTolerantClient(Client):
             except KafkaError:
                 await asyncio.sleep(0.1)
 
+    async def send_once(self, topic: str, key: bytes | None, value: bytes) -> RecordMetadata | None:
+        """Send one record to a serving broker; ``None`` when the send failed (the broker may
+        hold the record or not)."""
+        assert self._sender is not None
+        await self.broker_up.wait()
+        try:
+            return await (await self._sender.send(topic, key=key, value=value))
+        except KafkaError:
+            return None
+
 
 class Load:
     """One closed loop per session: the next turn is sent once the last one is answered."""
@@ -110,6 +124,56 @@ class Load:
             self.sent.append(command)
             await self.client.submit(command)
             await self.client.result(command["command_id"], timeout=ANSWER_S)
+
+
+class Hostile:
+    """Hostile records (:mod:`tests.support.hostile`) sent one at a time, at random intervals,
+    into the commands and control topics beside the load."""
+
+    def __init__(self, client: RestartTolerantClient, count: int, seeded: int) -> None:
+        self.client = client
+        self.records = generate(count, seeded)
+        self.rng = random.Random(seeded)
+        self.sent: list[Sent] = []
+        """Records the broker took, where it put them."""
+        self.unsure: list[tuple[str, str] | None] = []
+        """The ids of records whose send failed: the broker may hold them or not."""
+
+    async def drive(self, stopping: asyncio.Event) -> None:
+        topics = self.client.cluster.topics
+        names = {"commands": topics.commands, "control": topics.control}
+        for name, key, value in self.records:
+            # The pace of the records, not a wait on a condition.
+            await asyncio.sleep(self.rng.uniform(0.0, 0.3))
+            if stopping.is_set():
+                return
+            meta = await self.client.send_once(names[name], key, value)
+            if meta is None:
+                self.unsure.append(ids_of(value))
+            else:
+                self.sent.append(Sent(names[name], meta.partition, meta.offset, ids_of(value)))
+
+    def check(self, client: Client, load_ids: set[str], context: str) -> None:
+        """One answer for every record the broker took, at most one for those it may hold, and
+        nothing else besides the load's results."""
+        results = [r for r in client.results if r["command_id"] not in load_ids]
+        counts = answers_of(self.sent, results, client.dead_letters)
+        wrong = [(item, count) for item, count in counts if count != 1]
+        assert not wrong, (
+            context,
+            f"{len(wrong)} of {len(counts)} hostile records not answered once "
+            f"({sum(item.ids is None for item, _ in wrong)} without ids): {wrong[:10]}",
+        )
+        taken = {(item.topic, item.partition, item.offset) for item in self.sent}
+        strays = [d for d in client.dead_letters if source_of(d) not in taken]
+        assert len(strays) <= len(self.unsure), (context, strays[:10], self.unsure)
+        known = {item.ids for item in self.sent} | set(self.unsure)
+        answered = Counter((r["session_id"], r["command_id"]) for r in results)
+        assert all(pair in known for pair in answered), (context, answered)
+        assert all(answered[pair] <= 1 for pair in self.unsure if pair is not None), (
+            context,
+            answered,
+        )
 
 
 async def restart(broker: OwnBroker, broker_up: asyncio.Event, *, kill: bool) -> None:
@@ -174,12 +238,13 @@ async def check_whole(
     load: Load,
     procs: list[ServiceProcess],
     context: str = "",
+    hostile: Hostile | None = None,
 ) -> None:
     """Every check of a run under faults, once every instance stopped and the client caught
-    up: one result per command, in turn order per session, no dead letter; on the events topic
-    no (session, seq) twice, no gap and no step twice; a tool run (or shown started) again only
-    by a new owner of its partition; no transaction left open. ``context`` is added to every
-    failure (a seed, the faults made)."""
+    up: one result per command, in turn order per session; one answer per hostile record and
+    no other dead letter; on the events topic no (session, seq) twice, no gap and no step twice;
+    a tool run (or shown started) again only by a new owner of its partition; no transaction
+    left open. ``context`` is added to every failure (a seed, the faults made)."""
     topics = cluster.topics
     partition_of = {e["session_id"]: e["_partition"] for e in client.events}
 
@@ -189,12 +254,17 @@ async def check_whole(
     def all_of(*names: str) -> list[TopicPartition]:
         return [TopicPartition(t, p) for t in names for p in range(cluster.partitions)]
 
-    counts = Counter(r["command_id"] for r in client.results)
-    assert counts == Counter({c["command_id"]: 1 for c in load.sent}), why(*all_of(topics.results))
+    load_ids = {c["command_id"] for c in load.sent}
+    counts = Counter(r["command_id"] for r in client.results if r["command_id"] in load_ids)
+    assert counts == Counter(dict.fromkeys(load_ids, 1)), why(*all_of(topics.results))
     for session in load.sessions:
         texts = [r["message"]["content"][0]["text"] for r in client.session_results(session)]
         assert texts == [f"done turn {k}" for k in range(1, len(texts) + 1)], (context, texts)
-    assert not client.dead_letters, (context, client.dead_letters)
+    if hostile is None:
+        assert len(counts) == len(client.results), (context, client.results)
+        assert not client.dead_letters, (context, client.dead_letters)
+    else:
+        hostile.check(client, load_ids, context)
 
     seqs: defaultdict[str, list[int]] = defaultdict(list)
     for event in client.events:
@@ -227,20 +297,16 @@ async def check_whole(
     )
 
     starts = owner_starts(procs)
-    runs = Counter(c["idempotency_key"] for c in cluster.tool_calls())
+    # The load's tools log each run (a hostile record's may not).
+    runs = Counter((c["session_id"], c["tool_use_id"]) for c in cluster.tool_calls())
+    own = [e for e in client.events if e["session_id"] in load.sessions]
     started = Counter(
-        f"{e['session_id']}:{e['tool_use_id']}"
-        for e in client.events
-        if e["type"] == "tool_started"
+        (e["session_id"], e["tool_use_id"]) for e in own if e["type"] == "tool_started"
     )
-    finished = {
-        f"{e['session_id']}:{e['tool_use_id']}"
-        for e in client.events
-        if e["type"] == "tool_finished"
-    }
+    finished = {(e["session_id"], e["tool_use_id"]) for e in own if e["type"] == "tool_finished"}
     assert finished <= set(runs), context
     for key in runs.keys() | started.keys():
-        owners = starts[partition_of[key.split(":", 1)[0]]]
+        owners = starts[partition_of[key[0]]]
         # An owner runs a batch once; only a later owner of the partition runs it again.
         assert runs[key] <= owners, (context, key, runs[key], starts)
         assert started[key] <= owners, (context, key, started[key], starts)

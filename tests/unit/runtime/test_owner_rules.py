@@ -533,6 +533,53 @@ async def test_a_record_of_another_partitions_session_is_answered_with_the_offse
     assert "belongs on partition 1" in refusal["error"]["message"]
 
 
+def dead_letters(kafka: MemoryKafka) -> list[bytes | None]:
+    return kafka.visible(TOPICS.dlq)
+
+
+@pytest.mark.parametrize("topic", [TOPICS.commands, TOPICS.control])
+@pytest.mark.parametrize("stopped", [False, True], ids=["earlier-finished", "stopped-meanwhile"])
+async def test_a_dead_letter_is_committed_with_the_offsets_past_its_record_and_written_once(
+    tmp_path: Path, topic: str, stopped: bool
+) -> None:
+    """A record that names no session is dead-lettered, and nothing but the committed offsets
+    recognises it read again: it waits until every earlier record of its partition is finished
+    and commits with the offsets past it. An owner that stops first leaves it to the next one,
+    which writes it (once). (On the control topic the earlier record is a cancel of the running
+    c0.)"""
+    kafka = MemoryKafka()
+    put(kafka, {**command(0, agent="gated"), "session_id": "s0"})
+    home = COMMANDS_0 if topic == TOPICS.commands else CONTROL_0
+    expected = Counter({"c0": 1, "c2": 1})
+    async with Instance(kafka, tmp_path / "a") as instance:
+        owner, task = instance.owner()
+        await until(lambda: instance.gated.waiting == 1, "c0 running")
+        if topic == TOPICS.control:
+            cancel = {"type": "cancel", "command_id": "k0", "session_id": "s0"}
+            kafka.append(topic, 0, b"s0", orjson.dumps({**cancel, "after_current_tools": True}))
+            expected += Counter({"k0": 1})
+        at = kafka.append(topic, 0, b"s1", b"not json")
+        put(kafka, {**command(2), "session_id": "s1"})  # another session goes on meanwhile
+        await until(lambda: answered(kafka)["c2"] == 1, "c2")
+        assert dead_letters(kafka) == [], "it waits for the record before it"
+        if stopped:
+            assert await instance.stop(owner, task, grace_s=0.05) is OwnerExit.STOPPED
+            assert dead_letters(kafka) == [], "left to the next owner"
+            assert committed(kafka, home) <= at
+        else:
+            instance.gated.gate.set()
+            await until(lambda: len(dead_letters(kafka)) == 1, "its dead letter")
+            assert committed(kafka, home) > at, "its commit moved the offsets past it"
+            assert await instance.stop(owner, task) is OwnerExit.STOPPED
+    async with Instance(kafka, tmp_path / "b") as instance:
+        instance.gated.gate.set()
+        owner, task = instance.owner()
+        await until(lambda: committed(kafka, home) > at, "the offsets past it")
+        assert await instance.stop(owner, task) is OwnerExit.STOPPED
+    assert dead_letters(kafka) == [b"not json"]
+    assert answered(kafka) == expected
+
+
 @pytest.mark.parametrize("topic_id", [None, "T1"], ids=["no-topic-ids", "topic-id"])
 async def test_a_session_answering_more_than_the_ids_it_keeps_runs_none_again_on_a_takeover(
     tmp_path: Path, topic_id: str | None
