@@ -116,10 +116,13 @@ class Committer:
         """Add to ``batch`` the held outcomes whose earlier records it finished (each one
         released may let a later one go), finishing their records too."""
         while self._held:
-            ready = [outcome for outcome in self._held if self._passable(outcome)]
+            ready: list[Outcome] = []
+            waiting: list[Outcome] = []
+            for outcome in self._held:
+                (ready if self._passable(outcome) else waiting).append(outcome)
             if not ready:
                 return
-            self._held = [outcome for outcome in self._held if outcome not in ready]
+            self._held = waiting
             self._submitted += len(ready)
             for outcome in ready:
                 self._finish(outcome)

@@ -3,7 +3,8 @@ sessions on three instances: an instance killed (kill -9), stopped past its sess
 resumed (SIGSTOP, then SIGCONT: a zombie that comes back), drained (SIGTERM), and the broker
 restarted (a controlled shutdown or a kill -9). A killed or drained instance is replaced at once.
 Hostile records (random bytes, mutated commands: ``tests.support.hostile``) go into the commands
-and control topics all along, onto the same partitions as the sessions.
+and control topics all along, onto the same partitions as the sessions, and commands the
+sessions must refuse (an unknown agent, a resume with nothing to resume) into their queues.
 
 After each fault every session must be answered again; at the end, with every instance stopped,
 what the client saw must be whole (``check_whole``: one result per command, in order, one answer
@@ -82,11 +83,12 @@ async def test_random_faults_under_load_lose_and_double_nothing(
             await proc.wait_ready(timeout=60)
         async with RestartTolerantClient(cluster, broker_up) as client:
             load = Load(client, sessions)
-            hostile = Hostile(client, HOSTILE, SEED)
+            hostile = Hostile(client, load, HOSTILE, SEED)
             async with asyncio.TaskGroup() as group:
                 drivers = [group.create_task(load.drive(s, a)) for s, a in sessions.items()]
-                drivers.append(group.create_task(hostile.drive(load.stopping)))
                 await load.every_session_answered_again(f"before any fault ({context()})")
+                # Once every session has a state: a refusal's code depends on it.
+                drivers.append(group.create_task(hostile.drive(load.stopping)))
                 for _ in range(FAULTS):
                     # A random moment of the sessions' steps: a commit, a tool, a restore.
                     await asyncio.sleep(rng.uniform(0.0, 2.0))

@@ -121,6 +121,38 @@ def generate(count: int, seeded: int | None = None) -> list[tuple[str, bytes | N
     return drawn
 
 
+REFUSED = {
+    "unknown_agent": lambda session: {"type": "invoke", "agent": "nobody", "prompt": "hi"},
+    "checkpointing_disabled": lambda session: {
+        "type": "resume",
+        "resume": {
+            "checkpointResume": {
+                "checkpoint": {"position": "after_model", "cycle_index": 0, "schema_version": "1.0"}
+            }
+        },
+    },
+    "no_pending_interrupt": lambda session: {
+        "type": "resume",
+        "resume": [{"interruptResponse": {"interruptId": "i", "response": 1}}],
+    },
+    "invalid_command": lambda session: {"type": "invoke", "prompt": "hi", "agent": 7},
+}
+"""Commands a running session without checkpointing or interrupts (the load's) must refuse,
+by the code they must get, and what each holds besides its ids."""
+
+
+def refused(session_id: str, code: str) -> tuple[bytes, bytes]:
+    """A command of ``session_id`` it must refuse with ``code`` (a key and a value)."""
+    serial = next(_serials)
+    body = {
+        "schema_version": 1,
+        "command_id": f"r-{_RUN}-{serial:08d}",
+        "session_id": session_id,
+        **REFUSED[code](session_id),
+    }
+    return session_id.encode(), orjson.dumps(body)
+
+
 @dataclass
 class Sent:
     """A hostile record as the broker took it."""
@@ -130,6 +162,8 @@ class Sent:
     offset: int
     ids: tuple[str, str] | None
     """(session_id, command_id) when the value holds both as strings: it may earn a result."""
+    code: str | None = None
+    """The error code its result must carry, for a command that must be refused."""
 
 
 def ids_of(value: bytes) -> tuple[str, str] | None:

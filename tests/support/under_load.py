@@ -23,7 +23,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.structs import RecordMetadata
 
-from tests.support.hostile import Sent, answers_of, generate, ids_of, source_of
+from tests.support.hostile import REFUSED, Sent, answers_of, generate, ids_of, refused, source_of
 from tests.support.kafka_logs import explain
 from tests.support.own_broker import OwnBroker
 from tests.support.runtime_harness import (
@@ -128,10 +128,12 @@ class Load:
 
 class Hostile:
     """Hostile records (:mod:`tests.support.hostile`) sent one at a time, at random intervals,
-    into the commands and control topics beside the load."""
+    into the commands and control topics beside the load; one in four is instead a command of
+    one of the load's sessions that it must refuse (which leaves the session as it was)."""
 
-    def __init__(self, client: RestartTolerantClient, count: int, seeded: int) -> None:
+    def __init__(self, client: RestartTolerantClient, load: Load, count: int, seeded: int) -> None:
         self.client = client
+        self.load = load
         self.records = generate(count, seeded)
         self.rng = random.Random(seeded)
         self.sent: list[Sent] = []
@@ -142,16 +144,23 @@ class Hostile:
     async def drive(self, stopping: asyncio.Event) -> None:
         topics = self.client.cluster.topics
         names = {"commands": topics.commands, "control": topics.control}
+        sessions = sorted(self.load.sessions)
         for name, key, value in self.records:
             # The pace of the records, not a wait on a condition.
             await asyncio.sleep(self.rng.uniform(0.0, 0.3))
             if stopping.is_set():
                 return
+            code = None
+            if self.rng.random() < 0.25:
+                code = self.rng.choice(sorted(REFUSED))
+                name = "commands"
+                key, value = refused(self.rng.choice(sessions), code)
             meta = await self.client.send_once(names[name], key, value)
             if meta is None:
                 self.unsure.append(ids_of(value))
             else:
-                self.sent.append(Sent(names[name], meta.partition, meta.offset, ids_of(value)))
+                sent = Sent(names[name], meta.partition, meta.offset, ids_of(value), code)
+                self.sent.append(sent)
 
     def check(self, client: Client, load_ids: set[str], context: str) -> None:
         """One answer for every record the broker took, at most one for those it may hold, and
@@ -163,6 +172,16 @@ class Hostile:
             context,
             f"{len(wrong)} of {len(counts)} hostile records not answered once "
             f"({sum(item.ids is None for item, _ in wrong)} without ids): {wrong[:10]}",
+        )
+        by_ids = {(r["session_id"], r["command_id"]): r for r in results}
+        codes = [
+            (item.code, by_ids[item.ids].get("error"))
+            for item in self.sent
+            if item.code is not None and item.ids is not None
+        ]
+        assert all(error is not None and error["code"] == code for code, error in codes), (
+            context,
+            [pair for pair in codes if pair[1] is None or pair[1]["code"] != pair[0]],
         )
         taken = {(item.topic, item.partition, item.offset) for item in self.sent}
         strays = [d for d in client.dead_letters if source_of(d) not in taken]
@@ -258,7 +277,11 @@ async def check_whole(
     counts = Counter(r["command_id"] for r in client.results if r["command_id"] in load_ids)
     assert counts == Counter(dict.fromkeys(load_ids, 1)), why(*all_of(topics.results))
     for session in load.sessions:
-        texts = [r["message"]["content"][0]["text"] for r in client.session_results(session)]
+        texts = [
+            r["message"]["content"][0]["text"]
+            for r in client.session_results(session)
+            if r["command_id"] in load_ids
+        ]
         assert texts == [f"done turn {k}" for k in range(1, len(texts) + 1)], (context, texts)
     if hostile is None:
         assert len(counts) == len(client.results), (context, client.results)

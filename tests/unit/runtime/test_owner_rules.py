@@ -564,6 +564,7 @@ async def test_a_dead_letter_is_committed_with_the_offsets_past_its_record_and_w
         assert dead_letters(kafka) == [], "it waits for the record before it"
         if stopped:
             assert await instance.stop(owner, task, grace_s=0.05) is OwnerExit.STOPPED
+            assert instance.inflight.count == 0
             assert dead_letters(kafka) == [], "left to the next owner"
             assert committed(kafka, home) <= at
         else:
