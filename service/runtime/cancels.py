@@ -6,12 +6,16 @@ re-reads it, and a re-read after it is recognised by its applied id); a cancel o
 Cairn holds no state for leaves no state, and its answer is committed with the input offsets
 past its record instead. A running invocation it covers is signalled at once; a command it
 covers never starts and is answered ``cancelled`` exactly once, before the cancel's own result
-when it was read by the time the cancel was answered (see :class:`HeldAnswers`). What each
-answer says and records is derived in :mod:`service.runtime.cancel_answers`.
+when it was read by the time the cancel was answered (see :class:`HeldAnswers`); a command an
+earlier owner left mid-turn that a cancel covers is waited for, up to
+:data:`LEFT_COMMAND_WAIT_S`, so its result too comes before the cancel's, which names it
+``stopped``. What each answer says and records is derived in
+:mod:`service.runtime.cancel_answers`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -39,6 +43,11 @@ from service.settings import TopicSettings
 from service.wire.commands import CancelCommand
 
 logger = logging.getLogger(__name__)
+
+LEFT_COMMAND_WAIT_S = 30.0
+"""How long a cancel waits for the record of a command it covers that an earlier owner left
+mid-turn (read again by this owner from the committed offsets, beside the control records):
+past it, the cancel is answered first and the command, once read, after it."""
 
 
 @dataclass(slots=True)
@@ -92,6 +101,10 @@ class CancelDesk:
         """The control offset after the last cancel read (where a delete read now waits for
         the control partition's offsets to be)."""
         self._control_before: dict[Origin, int] = {}
+        self._arrivals: dict[str, set[str]] = {}
+        """The commands read of each session with a cancel or delete read and not answered."""
+        self._awaited: dict[str, tuple[str, asyncio.Event]] = {}
+        """By session, the command left mid-turn its cancel waits for, and the wake-up."""
 
     @property
     def tracking(self) -> int:
@@ -246,6 +259,70 @@ class CancelDesk:
         )
         if self._durable is not None:
             await self._durable()
+
+    @property
+    def awaiting(self) -> int:
+        """Cancels waiting for the record of a command left mid-turn."""
+        return len(self._awaited)
+
+    def arrived(self, work: CommandWork) -> None:
+        """A command was read (and queued in its session): a cancel of its session waiting for
+        it goes on."""
+        session_id = work.session_id
+        if session_id not in self._reach or work.command_id is None:
+            return
+        self._arrivals.setdefault(session_id, set()).add(work.command_id)
+        awaited = self._awaited.get(session_id)
+        if awaited is not None and awaited[0] == work.command_id:
+            awaited[1].set()
+
+    async def left_mid_turn(self, work: CommandWork, cancel: CancelCommand) -> None:
+        """Before the cancel's turn: if it covers a command an earlier owner left mid-turn
+        whose record this owner has not read yet, wait until it is read (it then waits behind
+        the cancel in the session's queue, and is answered ahead of it), up to
+        :data:`LEFT_COMMAND_WAIT_S`. The committed input offsets never pass a command left
+        mid-turn, so its record is read again; only the order of the two topics' fetches
+        decides which comes first."""
+        session_id = work.session_id
+        stored = self._store.get(session_id)
+        inflight = stored.state.inflight if stored is not None else None
+        if stored is None or inflight is None or self._answered(session_id, cancel.command_id):
+            return
+        left = inflight.command_id
+        target = cancel.target_command_id
+        if target is not None and target != left:
+            return
+        reach = self._reach.get(session_id, {}).get(cancel.command_id)
+        published = stored.delivery.inflight_published_ms
+        if target is None and (
+            reach is None or (published is not None and published > reach.timestamp_ms)
+        ):
+            return  # published after the cancel: it goes on, uncancelled
+        if left in self._arrivals.get(session_id, ()):
+            return
+        logger.info(
+            "session_id=<%s>, cancel_id=<%s>, command_id=<%s> | cancel waits for the command "
+            "an earlier owner left mid-turn to be read",
+            session_id,
+            cancel.command_id,
+            left,
+        )
+        read = asyncio.Event()
+        self._awaited[session_id] = (left, read)
+        try:
+            async with asyncio.timeout(LEFT_COMMAND_WAIT_S):
+                await read.wait()
+        except TimeoutError:
+            logger.warning(
+                "session_id=<%s>, cancel_id=<%s>, command_id=<%s>, waited_s=<%s> | command "
+                "left mid-turn not read: the cancel is answered first",
+                session_id,
+                cancel.command_id,
+                left,
+                LEFT_COMMAND_WAIT_S,
+            )
+        finally:
+            self._awaited.pop(session_id, None)
 
     def answer(self, work: CommandWork, cancel: CancelCommand) -> None:
         """The cancel's turn in its session's queue: its own result, held until the covered
@@ -443,6 +520,7 @@ class CancelDesk:
         reach = reaches.pop(command_id, None)
         if not reaches:
             del self._reach[session_id]
+            self._arrivals.pop(session_id, None)
         return reach
 
     def _forget_target(self, session_id: str, command_id: str) -> None:

@@ -168,6 +168,7 @@ class CommandPath:
             with _scope(work):
                 # 2. A cancel.
                 if isinstance(command, CancelCommand):
+                    await self._cancels.left_mid_turn(work, command)
                     self._cancels.answer(work, command)
                     return
                 # 3. Decoded no further than its session and id.
@@ -192,9 +193,10 @@ class CommandPath:
                     else:
                         await self._cancels.delete(work, command)
                     return
-                # 5. Dedupe.
+                # 5. Dedupe. A repeat answers nothing, so the cancels' answers held so far keep
+                # waiting for the covered commands queued behind it (a takeover reads again the
+                # commands answered since the committed offsets, ahead of those it must cancel).
                 if applied:
-                    self._cancels.release(work.session_id)
                     self._duplicate(work)
                     return
                 if command.type in ("history", "fork"):

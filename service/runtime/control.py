@@ -149,12 +149,14 @@ class ControlLedger:
 
 class HeldAnswers:
     """Cancels' answers of one partition, kept back per session while its queue handles only
-    cancels and skips, so covered commands queued behind a cancel are answered ahead of it.
+    cancels, skips and repeats, so covered commands queued behind a cancel are answered ahead
+    of it.
 
     Guarantee: a session's held answers go out in one outcome, covered commands' results first
-    and the cancels' own last, before anything else of the session is handled and at the latest
-    on the event loop's next turn; without a session state each cancel's answer goes out through
-    the ledger. Every record is built when it is held, so letting them go cannot fail.
+    and the cancels' own last, before anything else of the session is answered (a repeat of a
+    command answered before answers nothing) and at the latest on the event loop's next turn;
+    without a session state each cancel's answer goes out through the ledger. Every record is
+    built when it is held, so letting them go cannot fail.
     """
 
     def __init__(

@@ -370,3 +370,4 @@ class PartitionOwner:
         if command.type == "delete":
             self._parts.cancels.deleting(work, command)
         self._queues.put(work)
+        self._parts.cancels.arrived(work)

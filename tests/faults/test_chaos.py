@@ -4,12 +4,14 @@ resumed (SIGSTOP, then SIGCONT: a zombie that comes back), drained (SIGTERM), an
 restarted (a controlled shutdown or a kill -9). A killed or drained instance is replaced at once.
 Hostile records (random bytes, mutated commands: ``tests.support.hostile``) go into the commands
 and control topics all along, onto the same partitions as the sessions, and commands the
-sessions must refuse (an unknown agent, a resume with nothing to resume) into their queues.
+sessions must refuse (an unknown agent, a resume with nothing to resume) into their queues. In
+three more sessions every turn is cancelled at a random moment (targeted or not, its running
+tools let finish or not).
 
 After each fault every session must be answered again; at the end, with every instance stopped,
 what the client saw must be whole (``check_whole``: one result per command, in order, one answer
-per hostile record, events neither doubled nor missing, tools run again only by a new owner, no
-transaction left open).
+per hostile record, each cancel answered after what it stopped or skipped, events neither
+doubled nor missing, tools run again only by a new owner, no transaction left open).
 
 ``CAIRN_TEST_CHAOS_FAULTS`` sets how many faults (default 6), ``CAIRN_TEST_CHAOS_SEED`` the seed
 (default: a new one each run). Every failure names the seed and the faults made, so a run can be
@@ -39,6 +41,8 @@ pytestmark = [pytest.mark.kafka, pytest.mark.faults, pytest.mark.timeout(180 + 6
 INSTANCES = 3
 SESSIONS = {"long": 6, "slowtools": 6}
 """Sessions per agent: six tool cycles a turn, and two cycles of a tool that takes a while."""
+CANCELLED = 3
+"""Sessions of the slow tools whose every turn is followed by a cancel of it."""
 SERVICE_ENV = {"CAIRN_TEST_TOOL_SLEEP": "0.2", "CAIRN_RUNTIME__COMMIT_TIMEOUT_S": "3"}
 KINDS = ("kill", "stop", "term", "broker-stop", "broker-kill")
 WEIGHTS = (4, 3, 2, 1, 1)
@@ -67,6 +71,7 @@ async def test_random_faults_under_load_lose_and_double_nothing(
     cluster = Cluster(broker.bootstrap, tmp_path)
     await cluster.create_topics()
     sessions = {unique("s"): agent for agent, count in SESSIONS.items() for _ in range(count)}
+    cancelled = {unique("s"): "slowtools" for _ in range(CANCELLED)}
     broker_up = asyncio.Event()
     broker_up.set()
     with services() as procs:
@@ -82,10 +87,10 @@ async def test_random_faults_under_load_lose_and_double_nothing(
         for proc in live:
             await proc.wait_ready(timeout=60)
         async with RestartTolerantClient(cluster, broker_up) as client:
-            load = Load(client, sessions)
+            load = Load(client, sessions | cancelled, cancelled, random.Random(f"{SEED}-cancels"))
             hostile = Hostile(client, load, HOSTILE, SEED)
             async with asyncio.TaskGroup() as group:
-                drivers = [group.create_task(load.drive(s, a)) for s, a in sessions.items()]
+                drivers = [group.create_task(load.drive(s, a)) for s, a in load.sessions.items()]
                 await load.every_session_answered_again(f"before any fault ({context()})")
                 # Once every session has a state: a refusal's code depends on it.
                 drivers.append(group.create_task(hostile.drive(load.stopping)))

@@ -552,6 +552,9 @@ class MemoryInput:
         self.positions: dict[TopicPartition, int] = {}
         self._assigned: set[TopicPartition] = set()
         self._paused: set[TopicPartition] = set()
+        self.withheld: set[TopicPartition] = set()
+        """Partitions a fetch leaves out for now, as if their broker answered late (the
+        runtime does not know: they are neither paused nor empty to it)."""
         self.fetches = 0
         self.fetched_while_paused = 0
         self.answered_ms: dict[TopicPartition, int] = {}
@@ -584,7 +587,7 @@ class MemoryInput:
     def _take(self, max_records: int) -> dict[TopicPartition, list[InputRecord]]:
         batches: dict[TopicPartition, list[InputRecord]] = {}
         room = max_records
-        for tp in sorted(self._assigned - self._paused):
+        for tp in sorted(self._assigned - self._paused - self.withheld):
             log = self.kafka.logs[(tp.topic, tp.partition)]
             end = self.kafka.stable_end(tp.topic, tp.partition)
             offset = self.positions[tp]

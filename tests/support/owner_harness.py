@@ -24,7 +24,7 @@ from service.runtime.partition_owner import OwnerExit, PartitionOwner
 from service.runtime.streams import InstanceStream, PartitionStreams
 from service.runtime.txn_stream import TransactionStream
 from service.settings import Settings
-from tests.support.agents import CycleModel
+from tests.support.agents import CycleModel, tick
 from tests.support.memory_kafka import MemoryInput, MemoryKafka, MemorySessions
 
 SETTINGS = Settings()
@@ -37,18 +37,25 @@ CONTROL_0 = TopicPartition(TOPICS.control, 0)
 
 
 class GatedModel(CycleModel):
-    """Answers once ``gate`` is set."""
+    """Answers once ``gate`` is set: every call (``cycles`` 0), or every call after the first
+    tool cycle (``cycles`` 1, which calls ``tick`` once a turn: its turns pass a boundary, and
+    commit an in-flight marker, before they wait)."""
 
-    def __init__(self) -> None:
-        super().__init__(0)
+    def __init__(self, cycles: int = 0) -> None:
+        super().__init__(cycles, "tick")
         self.gate = asyncio.Event()
         self.waiting = 0
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
-        self.waiting += 1
-        await self.gate.wait()
+        if self.cycles == 0 or _has_tool_result(request.messages[-1]):
+            self.waiting += 1
+            await self.gate.wait()
         async for chunk in super().stream(request):
             yield chunk
+
+
+def _has_tool_result(message: dict[str, Any]) -> bool:
+    return any("toolResult" in block for block in message.get("content") or ())
 
 
 def shorten_waits(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -68,6 +75,7 @@ class Instance:
     def __init__(self, kafka: MemoryKafka, root: Path, *, partition_streams: bool = False) -> None:
         self.kafka = kafka
         self.gated = GatedModel()
+        self.gated_after_tools = GatedModel(1)
         runtime = SETTINGS.runtime.model_copy(
             update={"transaction_timeout_ms": 3_000, "commit_timeout_s": 2.0}
         )
@@ -90,6 +98,9 @@ class Instance:
             agents={
                 "simple": AgentDefinition(name="simple", model=CycleModel(0)),
                 "gated": AgentDefinition(name="gated", model=self.gated),
+                "gated-after-tools": AgentDefinition(
+                    name="gated-after-tools", model=self.gated_after_tools, tools=[tick]
+                ),
             },
             inputs=self.input,
             streams=PartitionStreams(self._partition_stream)

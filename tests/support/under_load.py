@@ -30,6 +30,7 @@ from tests.support.runtime_harness import (
     Client,
     Cluster,
     ServiceProcess,
+    cancel,
     invoke,
     wait_for,
 )
@@ -71,13 +72,14 @@ class RestartTolerantClient(Client):
             except KafkaError:
                 await asyncio.sleep(0.1)
 
-    async def submit(self, command: dict[str, Any]) -> None:
+    async def submit(self, command: dict[str, Any], topic: str | None = None) -> None:
+        """Send ``command`` (to the commands topic unless ``topic`` is given)."""
         assert self._sender is not None
         while True:
             await self.broker_up.wait()
             try:
                 delivery = await self._sender.send(
-                    self.cluster.topics.commands,
+                    topic or self.cluster.topics.commands,
                     key=command["session_id"].encode(),
                     value=orjson.dumps(command),
                 )
@@ -98,13 +100,25 @@ class RestartTolerantClient(Client):
 
 
 class Load:
-    """One closed loop per session: the next turn is sent once the last one is answered."""
+    """One closed loop per session: the next turn is sent once the last one is answered. In
+    the ``cancelled`` sessions each turn is followed by a cancel of it (targeted or not, its
+    tools let finish or not) at a random moment, and the next turn waits for both answers."""
 
-    def __init__(self, client: RestartTolerantClient, sessions: dict[str, str]) -> None:
+    def __init__(
+        self,
+        client: RestartTolerantClient,
+        sessions: dict[str, str],
+        cancelled: Iterable[str] = (),
+        rng: random.Random | None = None,
+    ) -> None:
         self.client = client
         self.sessions = sessions
         """Agent of each session."""
+        self.cancelled = set(cancelled)
+        self.rng = rng or random.Random()
         self.sent: list[dict[str, Any]] = []
+        self.cancels: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        """Each turn of a ``cancelled`` session with the cancel sent after it."""
         self.stopping = asyncio.Event()
 
     async def every_session_answered_again(self, what: str) -> None:
@@ -123,7 +137,44 @@ class Load:
             command = invoke(session, f"turn {turn}", agent=agent)
             self.sent.append(command)
             await self.client.submit(command)
+            if session in self.cancelled:
+                # The cancel's moment: before, during or after the turn's model and tool calls.
+                await asyncio.sleep(self.rng.uniform(0.0, 1.0))
+                fields: dict[str, Any] = {"after_current_tools": self.rng.random() < 0.5}
+                if self.rng.random() < 0.5:
+                    fields["target_command_id"] = command["command_id"]
+                stop = cancel(session, **fields)
+                self.sent.append(stop)
+                self.cancels.append((command, stop))
+                await self.client.submit(stop, self.client.cluster.topics.control)
+                await self.client.result(stop["command_id"], timeout=ANSWER_S)
             await self.client.result(command["command_id"], timeout=ANSWER_S)
+
+    def check_cancels(self, client: Client, context: str) -> None:
+        """Each cancelled turn ended ``end_turn`` or ``cancelled``; a turn its cancel says it
+        stopped or skipped ended ``cancelled``, and its result came first; every cancel's own
+        result is ``cancelled``; a turn that ended is never claimed by its cancel."""
+        by_id = {r["command_id"]: r for r in client.results}
+        for command, stop in self.cancels:
+            ended, answer = by_id[command["command_id"]], by_id[stop["command_id"]]
+            assert answer["stop_reason"] == "cancelled", (context, answer)
+            assert ended["stop_reason"] in ("end_turn", "cancelled"), (context, ended)
+            report = answer["cancel"]
+            claimed = command["command_id"] in (report["stopped"], *report["skipped"])
+            if claimed:
+                assert ended["stop_reason"] == "cancelled", (context, stop, report, ended)
+                assert (ended["_partition"], ended["_offset"]) < (
+                    answer["_partition"],
+                    answer["_offset"],
+                ), (context, "a cancel answered before what it covered", ended, answer)
+        for session in self.cancelled:
+            # A turn that ran to its end answers for every prompt of the session so far.
+            turns = [
+                int(r["message"]["content"][0]["text"].removeprefix("done turn "))
+                for r in client.session_results(session)
+                if r["stop_reason"] == "end_turn"
+            ]
+            assert turns == sorted(set(turns)), (context, session, turns)
 
 
 class Hostile:
@@ -144,7 +195,8 @@ class Hostile:
     async def drive(self, stopping: asyncio.Event) -> None:
         topics = self.client.cluster.topics
         names = {"commands": topics.commands, "control": topics.control}
-        sessions = sorted(self.load.sessions)
+        # Not of the cancelled sessions: a cancel covers what is queued (and would answer it).
+        sessions = sorted(self.load.sessions.keys() - self.load.cancelled)
         for name, key, value in self.records:
             # The pace of the records, not a wait on a condition.
             await asyncio.sleep(self.rng.uniform(0.0, 0.3))
@@ -276,7 +328,8 @@ async def check_whole(
     load_ids = {c["command_id"] for c in load.sent}
     counts = Counter(r["command_id"] for r in client.results if r["command_id"] in load_ids)
     assert counts == Counter(dict.fromkeys(load_ids, 1)), why(*all_of(topics.results))
-    for session in load.sessions:
+    load.check_cancels(client, context)
+    for session in load.sessions.keys() - load.cancelled:
         texts = [
             r["message"]["content"][0]["text"]
             for r in client.session_results(session)

@@ -17,7 +17,7 @@ import pytest
 from aiokafka.errors import KafkaConnectionError, ProducerFenced
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
-from service.runtime import idle_expiry, partition_owner
+from service.runtime import cancels, idle_expiry, partition_owner
 from service.runtime.partition_owner import OwnerExit
 from service.runtime.restore import Sessions
 from service.runtime.transport import (
@@ -579,6 +579,68 @@ async def test_a_dead_letter_is_committed_with_the_offsets_past_its_record_and_w
         assert await instance.stop(owner, task) is OwnerExit.STOPPED
     assert dead_letters(kafka) == [b"not json"]
     assert answered(kafka) == expected
+
+
+@pytest.mark.parametrize("targeted", [False, True], ids=["untargeted", "targeted"])
+@pytest.mark.parametrize("read", [True, False], ids=["read-late", "never-read"])
+async def test_a_command_left_mid_turn_is_answered_before_the_cancel_read_ahead_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, targeted: bool, read: bool
+) -> None:
+    """An owner stops while c0 waits past its first tool cycle (its in-flight marker
+    committed), and a cancel of it is published. The next owner reads the cancel before c0's
+    record (its commands partition answered late): the cancel waits for c0 to be read, so c0's
+    ``cancelled`` result comes first and the cancel's names it ``stopped``, as when both are
+    read together; c1, the session's previous command, read again between them (c9 of another
+    session held the committed offsets back) and recognised as answered, lets nothing go
+    before c0. Past the wait the cancel is answered first, and c0 after it."""
+    monkeypatch.setattr(cancels, "LEFT_COMMAND_WAIT_S", 10.0 if read else 0.2)
+    kafka = MemoryKafka()
+    put(kafka, {**command(9, agent="gated"), "session_id": "s1"})
+    put(kafka, {**command(1), "session_id": "s0"})
+    put(kafka, {**command(0, agent="gated-after-tools"), "session_id": "s0"})
+    async with Instance(kafka, tmp_path / "a") as instance:
+        owner, task = instance.owner()
+        await until(lambda: instance.gated_after_tools.waiting == 1, "c0 past its tools")
+        assert await instance.stop(owner, task, grace_s=0.05) is OwnerExit.STOPPED
+    assert answered(kafka) == Counter({"c1": 1})
+    assert committed(kafka) == 0
+    cancel = {"type": "cancel", "command_id": "k0", "session_id": "s0"}
+    if targeted:
+        cancel["target_command_id"] = "c0"
+    # The in-memory log dates a record by its offset: the cancel is published after c0.
+    for pad in ("p0", "p1"):
+        pad_cancel = {"type": "cancel", "command_id": pad, "session_id": "s2"}
+        kafka.append(TOPICS.control, 0, b"s2", orjson.dumps(pad_cancel))
+    kafka.append(TOPICS.control, 0, b"s0", orjson.dumps(cancel))
+    async with Instance(kafka, tmp_path / "b") as instance:
+        instance.input.withheld.add(COMMANDS_0)
+        owner, task = instance.owner()
+
+        def waiting() -> int:
+            parts = owner._parts
+            return parts.cancels.awaiting if parts is not None else 0
+
+        if read:
+            await until(lambda: waiting() == 1, "the wait")
+            assert answered(kafka)["k0"] == 0, "not answered before c0"
+        else:
+            await until(lambda: answered(kafka)["k0"] == 1, "the cancel, past the wait")
+        instance.input.withheld.clear()
+        await until(lambda: answered(kafka)["c0"] == 1 and answered(kafka)["k0"] == 1, "both")
+        assert await instance.stop(owner, task) is OwnerExit.STOPPED
+    results = [
+        body
+        for value in kafka.visible(TOPICS.results)
+        if value is not None and (body := orjson.loads(value))["session_id"] == "s0"
+    ]
+    assert [(r["command_id"], r["stop_reason"]) for r in results] == [("c1", "end_turn")] + (
+        [("c0", "cancelled"), ("k0", "cancelled")]
+        if read
+        else [("k0", "cancelled"), ("c0", "cancelled")]
+    )
+    assert results[[r["command_id"] for r in results].index("k0")]["cancel"]["stopped"] == (
+        "c0" if read or not targeted else None
+    )
 
 
 @pytest.mark.parametrize("topic_id", [None, "T1"], ids=["no-topic-ids", "topic-id"])
