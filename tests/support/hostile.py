@@ -121,9 +121,9 @@ def generate(count: int, seeded: int | None = None) -> list[tuple[str, bytes | N
     return drawn
 
 
-REFUSED = {
-    "unknown_agent": lambda session: {"type": "invoke", "agent": "nobody", "prompt": "hi"},
-    "checkpointing_disabled": lambda session: {
+REFUSED: dict[str, dict[str, Any]] = {
+    "unknown_agent": {"type": "invoke", "agent": "nobody", "prompt": "hi"},
+    "checkpointing_disabled": {
         "type": "resume",
         "resume": {
             "checkpointResume": {
@@ -131,11 +131,11 @@ REFUSED = {
             }
         },
     },
-    "no_pending_interrupt": lambda session: {
+    "no_pending_interrupt": {
         "type": "resume",
         "resume": [{"interruptResponse": {"interruptId": "i", "response": 1}}],
     },
-    "invalid_command": lambda session: {"type": "invoke", "prompt": "hi", "agent": 7},
+    "invalid_command": {"type": "invoke", "prompt": "hi", "agent": 7},
 }
 """Commands a running session without checkpointing or interrupts (the load's) must refuse,
 by the code they must get, and what each holds besides its ids."""
@@ -148,7 +148,7 @@ def refused(session_id: str, code: str) -> tuple[bytes, bytes]:
         "schema_version": 1,
         "command_id": f"r-{_RUN}-{serial:08d}",
         "session_id": session_id,
-        **REFUSED[code](session_id),
+        **REFUSED[code],
     }
     return session_id.encode(), orjson.dumps(body)
 
