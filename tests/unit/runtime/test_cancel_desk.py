@@ -274,9 +274,12 @@ async def test_a_cancel_leaves_the_inflight_marker_of_a_command_published_after_
     assert stored.delivery.cancelled_before_ms == 200
     await t.run(_command("later", 1, ts=300))
     assert t.ran == ["later"]  # continues from its boundary, uncancelled
-    # Published before the cancel, it is covered: the cancel resolves the marker.
+    # Published before the cancel, it is covered: the cancel resolves the marker (its record,
+    # read again by this owner, was read first).
     t = _Desk(_left_mid_turn("later", published_ms=150))
-    await t.run(t.desk.read(*_cancel(1, ts=200)))
+    cancel = t.desk.read(*_cancel(1, ts=200))
+    t.desk.arrived(_command("later", 2, ts=150))
+    await t.run(cancel)
     stored = t.store.get("s")
     assert stored is not None and stored.state.inflight is None
 
@@ -355,6 +358,7 @@ async def _route_as_one_fetch(t: _Desk, *works: CommandWork) -> None:
         queues = SessionQueues(tasks, t.path(handler).handle)
         for work in works:
             queues.put(work)
+            t.desk.arrived(work)
         await queues.wait_idle()
     await asyncio.sleep(0)
 
