@@ -130,6 +130,11 @@ class PartitionOwner:
     def request_stop(self, grace_s: float) -> None:
         self._grace_s = grace_s
         self._stop_requested.set()
+        # No queued command starts from now on, not even in this event-loop turn, before the
+        # drain runs: a running command may be left at its boundary in this very turn, and one
+        # of its session behind it, answered, would make the next owner take it for a repeat.
+        if self._queues is not None:
+            self._queues.close()
 
     async def run(self) -> OwnerExit:
         try:

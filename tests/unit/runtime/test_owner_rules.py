@@ -18,7 +18,8 @@ from aiokafka.errors import KafkaConnectionError, ProducerFenced
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
 from service.runtime import cancels, idle_expiry, partition_owner
-from service.runtime.partition_owner import OwnerExit
+from service.runtime.committer import Committer
+from service.runtime.partition_owner import OwnerExit, PartitionOwner
 from service.runtime.restore import Sessions
 from service.runtime.transport import (
     GroupFencedError,
@@ -315,6 +316,47 @@ async def test_a_stop_whose_steps_finish_within_the_grace_period_commits_them(
             assert await task is OwnerExit.STOPPED
     assert committed(kafka) == 2
     assert answered(kafka) == Counter({"c0": 1, "c1": 1})
+
+
+async def test_a_stop_at_a_boundary_starts_nothing_queued_behind_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stop comes in the event-loop turn in which c0's first boundary became durable (a
+    rebalance's revoke beside a commit's return): c0 is left at that boundary, and r1, queued
+    behind it in the same session, must not start. Answered, r1 would be the session's newest
+    answered command, so the next owner would take c0, read before it, for a repeat and never
+    answer it."""
+    owners: list[PartitionOwner] = []
+    flush = Committer.flush
+
+    async def stop_once_durable(self: Committer, *, final: bool = False) -> None:
+        await flush(self, final=final)
+        if owners and not owners[0]._stop_requested.is_set():
+            owners[0].request_stop(5.0)
+
+    monkeypatch.setattr(Committer, "flush", stop_once_durable)
+    kafka = MemoryKafka()
+    put(kafka, {**command(0, agent="gated-after-tools"), "session_id": "s0"})
+    put(kafka, {**command(1, agent="nobody"), "session_id": "s0"})
+    async with Instance(kafka, tmp_path / "a") as instance:
+        owner, task = instance.owner()
+        owners.append(owner)
+        async with asyncio.timeout(10):
+            assert await task is OwnerExit.STOPPED
+        instance.owners.pop(0)
+    assert answered(kafka) == Counter()
+    assert committed(kafka) <= 0
+    monkeypatch.setattr(Committer, "flush", flush)
+    async with Instance(kafka, tmp_path / "b") as instance:
+        instance.gated_after_tools.gate.set()
+        owner, task = instance.owner()
+        await until(lambda: answered(kafka)["c1"] == 1, "r1, after c0")
+        assert await instance.stop(owner, task) is OwnerExit.STOPPED
+    results = [orjson.loads(value) for value in kafka.visible(TOPICS.results) if value]
+    assert [(r["command_id"], r["stop_reason"]) for r in results] == [
+        ("c0", "end_turn"),
+        ("c1", "error"),
+    ]
 
 
 @pytest.mark.parametrize("holder", [OURS, OLD])
