@@ -6,12 +6,14 @@ Hostile records (random bytes, mutated commands: ``tests.support.hostile``) go i
 and control topics all along, onto the same partitions as the sessions, and commands the
 sessions must refuse (an unknown agent, a resume with nothing to resume) into their queues. In
 three more sessions every turn is cancelled at a random moment (targeted or not, its running
-tools let finish or not).
+tools let finish or not). Three more pause at every checkpoint and three at an interrupt in
+every turn, each pause resumed once its result is read.
 
 After each fault every session must be answered again; at the end, with every instance stopped,
-what the client saw must be whole (``check_whole``: one result per command, in order, one answer
-per hostile record, each cancel answered after what it stopped or skipped, events neither
-doubled nor missing, tools run again only by a new owner, no transaction left open).
+what the client saw must be whole (``check_whole``: one result per command, in order, each turn
+paused where it must and nowhere else, one answer per hostile record, each cancel answered after
+what it stopped or skipped, events neither doubled nor missing, tools run again only by a new
+owner, no transaction left open).
 
 ``CAIRN_TEST_CHAOS_FAULTS`` sets how many faults (default 6), ``CAIRN_TEST_CHAOS_SEED`` the seed
 (default: a new one each run). Every failure names the seed and the faults made, so a run can be
@@ -43,6 +45,9 @@ SESSIONS = {"long": 6, "slowtools": 6}
 """Sessions per agent: six tool cycles a turn, and two cycles of a tool that takes a while."""
 CANCELLED = 3
 """Sessions of the slow tools whose every turn is followed by a cancel of it."""
+PAUSING = {"cycles": 3, "approval": 3}
+"""Sessions that pause in every turn: two tool cycles with checkpointing on, and a tool that
+asks a human first (an interrupt)."""
 SERVICE_ENV = {"CAIRN_TEST_TOOL_SLEEP": "0.2", "CAIRN_RUNTIME__COMMIT_TIMEOUT_S": "3"}
 KINDS = ("kill", "stop", "term", "broker-stop", "broker-kill")
 WEIGHTS = (4, 3, 2, 1, 1)
@@ -72,6 +77,8 @@ async def test_random_faults_under_load_lose_and_double_nothing(
     await cluster.create_topics()
     sessions = {unique("s"): agent for agent, count in SESSIONS.items() for _ in range(count)}
     cancelled = {unique("s"): "slowtools" for _ in range(CANCELLED)}
+    pausing = {unique("s"): agent for agent, count in PAUSING.items() for _ in range(count)}
+    checkpointed = [s for s, agent in pausing.items() if agent == "cycles"]
     broker_up = asyncio.Event()
     broker_up.set()
     with services() as procs:
@@ -87,7 +94,14 @@ async def test_random_faults_under_load_lose_and_double_nothing(
         for proc in live:
             await proc.wait_ready(timeout=60)
         async with RestartTolerantClient(cluster, broker_up) as client:
-            load = Load(client, sessions | cancelled, cancelled, random.Random(f"{SEED}-cancels"))
+            load = Load(
+                client,
+                sessions | cancelled | pausing,
+                cancelled,
+                random.Random(f"{SEED}-cancels"),
+                checkpointed,
+                context,
+            )
             hostile = Hostile(client, load, HOSTILE, SEED)
             async with asyncio.TaskGroup() as group:
                 drivers = [group.create_task(load.drive(s, a)) for s, a in load.sessions.items()]

@@ -15,7 +15,7 @@ import random
 import re
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -23,6 +23,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.structs import RecordMetadata
 
+from tests.support.agents import registry
 from tests.support.hostile import REFUSED, Sent, answers_of, generate, ids_of, refused, source_of
 from tests.support.kafka_logs import explain
 from tests.support.own_broker import OwnBroker
@@ -31,7 +32,9 @@ from tests.support.runtime_harness import (
     Cluster,
     ServiceProcess,
     cancel,
+    checkpoint_resume,
     invoke,
+    resume,
     wait_for,
 )
 from tests.support.txn_probe import stable_and_high
@@ -41,6 +44,8 @@ ANSWER_S = 150.0
 SETTLE_S = 45.0
 """Bound on open transactions ending once the instances stopped: the coordinator aborts one it
 knows of after the transaction timeout (20 s in the harness); one it does not know never ends."""
+INTERRUPTING = {"approval"}
+"""The agents whose every tool call asks a human first (an interrupt per tool cycle)."""
 
 
 class RestartTolerantClient(Client):
@@ -102,7 +107,10 @@ class RestartTolerantClient(Client):
 class Load:
     """One closed loop per session: the next turn is sent once the last one is answered. In
     the ``cancelled`` sessions each turn is followed by a cancel of it (targeted or not, its
-    tools let finish or not) at a random moment, and the next turn waits for both answers."""
+    tools let finish or not) at a random moment, and the next turn waits for both answers. The
+    turns of the ``checkpointed`` sessions pause at every checkpoint, and those of an
+    :data:`INTERRUPTING` agent at every interrupt; each pause is resumed (from the checkpoint the
+    result carries, or with an answer to each interrupt) once its result is read."""
 
     def __init__(
         self,
@@ -110,16 +118,30 @@ class Load:
         sessions: dict[str, str],
         cancelled: Iterable[str] = (),
         rng: random.Random | None = None,
+        checkpointed: Iterable[str] = (),
+        context: Callable[[], str] = str,
     ) -> None:
         self.client = client
         self.sessions = sessions
         """Agent of each session."""
         self.cancelled = set(cancelled)
+        self.checkpointed = set(checkpointed)
         self.rng = rng or random.Random()
         self.sent: list[dict[str, Any]] = []
         self.cancels: list[tuple[dict[str, Any], dict[str, Any]]] = []
         """Each turn of a ``cancelled`` session with the cancel sent after it."""
         self.stopping = asyncio.Event()
+        self.context = context
+        """What a failure of a session's loop adds to its message (a seed, the faults made)."""
+
+    @property
+    def plain(self) -> list[str]:
+        """The sessions whose turns run to their end uncancelled and without a pause."""
+        return sorted(
+            session
+            for session, agent in self.sessions.items()
+            if session not in self.cancelled | self.checkpointed and agent not in INTERRUPTING
+        )
 
     async def every_session_answered_again(self, what: str) -> None:
         before = Counter(r["session_id"] for r in self.client.results)
@@ -134,7 +156,8 @@ class Load:
         turn = 0
         while not self.stopping.is_set():
             turn += 1
-            command = invoke(session, f"turn {turn}", agent=agent)
+            checkpointing = True if session in self.checkpointed else None
+            command = invoke(session, f"turn {turn}", agent=agent, checkpointing=checkpointing)
             self.sent.append(command)
             await self.client.submit(command)
             if session in self.cancelled:
@@ -147,8 +170,61 @@ class Load:
                 self.sent.append(stop)
                 self.cancels.append((command, stop))
                 await self.client.submit(stop, self.client.cluster.topics.control)
-                await self.client.result(stop["command_id"], timeout=ANSWER_S)
-            await self.client.result(command["command_id"], timeout=ANSWER_S)
+                await self._answer(stop)
+            result = await self._answer(command)
+            while result["stop_reason"] in ("checkpoint", "interrupt"):
+                if result["stop_reason"] == "checkpoint":
+                    command = checkpoint_resume(session, result["checkpoint"])
+                else:
+                    answers = [
+                        {"interruptResponse": {"interruptId": asked["id"], "response": "yes"}}
+                        for asked in result["interrupts"]
+                    ]
+                    command = resume(session, answers)
+                self.sent.append(command)
+                await self.client.submit(command)
+                result = await self._answer(command)
+
+    async def _answer(self, command: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return await self.client.result(command["command_id"], timeout=ANSWER_S)
+        except AssertionError as exc:
+            raise AssertionError(
+                f"{self.context()}: session {command['session_id']}, {command['type']}: {exc}"
+            ) from None
+
+    def turn_shape(self, session: str) -> list[tuple[Any, ...]]:
+        """How each turn of ``session`` must end, result by result: where it pauses, then
+        ``end_turn``."""
+        agent = self.sessions[session]
+        cycles = getattr(registry()[agent].model, "cycles", 0)
+        if session in self.checkpointed:
+            pauses = [
+                ("checkpoint", position, cycle)
+                for cycle in range(cycles)
+                for position in ("after_model", "after_tools")
+            ]
+        elif agent in INTERRUPTING:
+            pauses = [("interrupt", 1)] * cycles
+        else:
+            pauses = []
+        return [*pauses, ("end_turn",)]
+
+    def check_turns(self, client: Client, load_ids: set[str], context: str) -> None:
+        """Each session not cancelled answered its turns in order, each turn paused exactly
+        where its shape says and nowhere else, and ended with the text of its own turn."""
+        for session in self.sessions.keys() - self.cancelled:
+            answered = [r for r in client.session_results(session) if r["command_id"] in load_ids]
+            shape = self.turn_shape(session)
+            seen = [_shape_of(r) for r in answered]
+            turns = len(seen) // len(shape)
+            assert seen == shape * turns, (context, session, shape, seen)
+            texts = [
+                r["message"]["content"][0]["text"]
+                for r in answered
+                if r["stop_reason"] == "end_turn"
+            ]
+            assert texts == [f"done turn {k}" for k in range(1, turns + 1)], (context, texts)
 
     def check_cancels(self, client: Client, context: str) -> None:
         """Each cancelled turn ended ``end_turn`` or ``cancelled``; a turn its cancel says it
@@ -177,6 +253,15 @@ class Load:
             assert turns == sorted(set(turns)), (context, session, turns)
 
 
+def _shape_of(result: dict[str, Any]) -> tuple[Any, ...]:
+    reason = result["stop_reason"]
+    if reason == "checkpoint":
+        return (reason, result["checkpoint"]["position"], result["checkpoint"]["cycle_index"])
+    if reason == "interrupt":
+        return (reason, len(result["interrupts"]))
+    return (reason,)
+
+
 class Hostile:
     """Hostile records (:mod:`tests.support.hostile`) sent one at a time, at random intervals,
     into the commands and control topics beside the load; one in four is instead a command of
@@ -198,8 +283,9 @@ class Hostile:
     async def drive(self, stopping: asyncio.Event) -> None:
         topics = self.client.cluster.topics
         names = {"commands": topics.commands, "control": topics.control}
-        # Not of the cancelled sessions: a cancel covers what is queued (and would answer it).
-        sessions = sorted(self.load.sessions.keys() - self.load.cancelled)
+        # Not of the cancelled sessions (a cancel covers what is queued, and would answer it),
+        # nor of those that pause (a pause is what the refusals lack).
+        sessions = self.load.plain
         for name, key, value in self.records:
             # The pace of the records, not a wait on a condition.
             await asyncio.sleep(self.rng.uniform(0.0, 0.3))
@@ -322,10 +408,11 @@ async def check_whole(
     hostile: Hostile | None = None,
 ) -> None:
     """Every check of a run under faults, once every instance stopped and the client caught
-    up: one result per command, in turn order per session; one answer per hostile record and
-    no other dead letter; on the events topic no (session, seq) twice, no gap and no step twice;
-    a tool run (or shown started) again only by a new owner of its partition; no transaction
-    left open. ``context`` is added to every failure (a seed, the faults made)."""
+        up: one result per command, in turn order per session, each turn pausing where it must
+    (``Load.check_turns``); one answer per hostile record and
+        no other dead letter; on the events topic no (session, seq) twice, no gap and no step twice;
+        a tool run (or shown started) again only by a new owner of its partition; no transaction
+        left open. ``context`` is added to every failure (a seed, the faults made)."""
     topics = cluster.topics
     partition_of = {e["session_id"]: e["_partition"] for e in client.events}
 
@@ -339,13 +426,7 @@ async def check_whole(
     counts = Counter(r["command_id"] for r in client.results if r["command_id"] in load_ids)
     assert counts == Counter(dict.fromkeys(load_ids, 1)), why(*all_of(topics.results))
     load.check_cancels(client, context)
-    for session in load.sessions.keys() - load.cancelled:
-        texts = [
-            r["message"]["content"][0]["text"]
-            for r in client.session_results(session)
-            if r["command_id"] in load_ids
-        ]
-        assert texts == [f"done turn {k}" for k in range(1, len(texts) + 1)], (context, texts)
+    load.check_turns(client, load_ids, context)
     if hostile is None:
         assert len(counts) == len(client.results), (context, client.results)
         assert not client.dead_letters, (context, client.dead_letters)
@@ -392,8 +473,9 @@ async def check_whole(
     finished = {(e["session_id"], e["tool_use_id"]) for e in own if e["type"] == "tool_finished"}
     assert finished <= set(runs), context
     for key in runs.keys() | started.keys():
-        owners = starts[partition_of[key[0]]]
-        # An owner runs a batch once; only a later owner of the partition runs it again.
+        # An owner runs a batch once; only a later owner of the partition runs it again. A
+        # tool that asks a human runs once more, answered.
+        owners = starts[partition_of[key[0]]] + (load.sessions[key[0]] in INTERRUPTING)
         assert runs[key] <= owners, (context, key, runs[key], starts)
         assert started[key] <= owners, (context, key, started[key], starts)
 
