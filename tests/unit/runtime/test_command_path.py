@@ -465,20 +465,23 @@ async def test_a_command_naming_no_agent_hosted_is_unknown_agent_even_without_st
 async def test_a_resume_naming_another_agent_than_its_sessions_is_refused() -> None:
     t = Harness(store=_applied(), agents=("a", "b"))
     for offset, (command_id, agent) in enumerate(
-        (("other", "b"), ("same", "a"), ("left-out", None)), start=1
+        (("other", "b"), ("same", "a"), ("left-out", None), ("unhosted", "gone")), start=1
     ):
         parsed = ParsedCommand(
             type="resume", command_id=command_id, session_id="s", agent=agent, input=[]
         )
         await t.path.handle(CommandWork(_record(TOPICS.commands, offset, 100), "s", parsed))
-    # Naming the session's own agent, or none, continues it; naming another is refused.
+    # Naming the session's own agent, or none, continues it; naming another is refused, hosted
+    # here or not (docs/clients.md, "Resume from a checkpoint").
     assert t.engine.ran == ["same", "left-out"]
-    [answer] = t.results()
-    assert answer["command_id"] == "other"
-    assert answer["error"] == {
-        "code": "invalid_command",
-        "message": "agent: 'b' is not the agent of session 's' ('a'); leave it out or name "
-        "that one",
+    answers = {answer["command_id"]: answer["error"] for answer in t.results()}
+    assert answers == {
+        command_id: {
+            "code": "invalid_command",
+            "message": f"agent: {agent!r} is not the agent of session 's' ('a'); leave it out "
+            "or name that one",
+        }
+        for command_id, agent in (("other", "b"), ("unhosted", "gone"))
     }
 
 
