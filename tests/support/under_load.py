@@ -408,11 +408,11 @@ async def check_whole(
     hostile: Hostile | None = None,
 ) -> None:
     """Every check of a run under faults, once every instance stopped and the client caught
-        up: one result per command, in turn order per session, each turn pausing where it must
-    (``Load.check_turns``); one answer per hostile record and
-        no other dead letter; on the events topic no (session, seq) twice, no gap and no step twice;
-        a tool run (or shown started) again only by a new owner of its partition; no transaction
-        left open. ``context`` is added to every failure (a seed, the faults made)."""
+    up: one result per command, in turn order per session, each turn pausing where it must
+    (:meth:`Load.check_turns`); one answer per hostile record and no other dead letter; on the
+    events topic no (session, seq) twice, no gap and no step twice; a tool run (or shown
+    started) again only by a new owner of its partition; no transaction left open. ``context``
+    is added to every failure (a seed, the faults made)."""
     topics = cluster.topics
     partition_of = {e["session_id"]: e["_partition"] for e in client.events}
 
@@ -475,7 +475,7 @@ async def check_whole(
     for key in runs.keys() | started.keys():
         # An owner runs a batch once; only a later owner of the partition runs it again. A
         # tool that asks a human runs once more, answered.
-        owners = starts[partition_of[key[0]]] + (load.sessions[key[0]] in INTERRUPTING)
+        owners = starts[partition_of[key[0]]] + (load.sessions.get(key[0]) in INTERRUPTING)
         assert runs[key] <= owners, (context, key, runs[key], starts)
         assert started[key] <= owners, (context, key, started[key], starts)
 
