@@ -157,8 +157,10 @@ class TopicSettings(BaseModel):
 class GroupSettings(BaseModel):
     """Consumer-group membership; ``instance_id`` turns on static membership."""
 
-    group_id: str = "cairn"
-    instance_id: str | None = None
+    group_id: str = Field(default="cairn", min_length=1)
+    """Also the prefix of the transactional ids; the broker refuses an empty one."""
+    instance_id: str | None = Field(default=None, min_length=1)
+    """Unset for dynamic membership; an empty one is refused rather than taken for unset."""
     session_timeout_ms: int = Field(default=6_000, gt=0)
     """How long a silent member keeps its partitions: most of the takeover time after a crash.
     6 s is the broker's default floor (``group.min.session.timeout.ms``)."""

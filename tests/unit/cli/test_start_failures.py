@@ -63,6 +63,17 @@ def _own_lines(stderr: str, command: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith(f"{command}:")]
 
 
+@pytest.mark.parametrize("variable", ["CAIRN_GROUP__GROUP_ID", "CAIRN_GROUP__INSTANCE_ID"])
+def test_an_empty_group_or_instance_id_is_an_invalid_setting(variable: str) -> None:
+    # Taken, an empty group id fails only once the group is joined, in a traceback.
+    done = _run("serve", **{variable: ""})
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line == (
+        f"cairn serve: invalid setting: {variable}: String should have at least 1 character"
+    )
+
+
 @pytest.mark.parametrize(
     ("variable", "value", "says"),
     [
