@@ -77,6 +77,8 @@ async def wait_for_topics(
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(delay):
                 await stop.wait()
+    if waiting is not None:
+        waiting(None)  # the wait is over (a drain, a stop): readiness no longer names its reason
     return None
 
 

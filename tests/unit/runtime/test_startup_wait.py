@@ -76,6 +76,8 @@ async def test_a_stop_ends_the_wait_at_once(monkeypatch: pytest.MonkeyPatch) -> 
     stop.set()
     assert await waiting is None
     assert time.monotonic() - started < 0.2
+    # Readiness no longer names a reason for a wait that is over (a drain ended it).
+    assert told[0] is not None and told[-1] is None
 
 
 def test_the_wait_doubles_up_to_its_cap() -> None:
