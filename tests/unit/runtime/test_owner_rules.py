@@ -327,11 +327,13 @@ async def test_a_stop_at_a_boundary_starts_nothing_queued_behind_it(
     answered command, so the next owner would take c0, read before it, for a repeat and never
     answer it."""
     owners: list[PartitionOwner] = []
+    stopped: list[PartitionOwner] = []
     flush = Committer.flush
 
     async def stop_once_durable(self: Committer, *, final: bool = False) -> None:
         await flush(self, final=final)
-        if owners and not owners[0]._stop_requested.is_set():
+        if owners and not stopped:
+            stopped.append(owners[0])
             owners[0].request_stop(5.0)
 
     monkeypatch.setattr(Committer, "flush", stop_once_durable)
