@@ -120,18 +120,24 @@ def _load(value: bytes, max_bytes: int | None) -> dict[str, Any]:
     return raw
 
 
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not JSON")
 
 
 def _refuse_unreadable_json(value: bytes | bytearray | memoryview, exc: Exception) -> None:
     """Refuse, with its ids, a command that is JSON orjson cannot hold: a number past a
-    double's range (``1e400``) or a lone surrogate escape (``"\\ud800"``), both in JSON's
-    grammar. Without this it would be dead-lettered, unanswered, as a value that is not JSON.
+    double's range (``1e400``, an integer of 309 digits or more) or a lone surrogate escape
+    (``"\\ud800"``), both in JSON's grammar, or JSON behind a UTF-8 byte order mark. Without
+    this it would be dead-lettered, unanswered, as a value that is not JSON.
     Returns (and the caller dead-letters) when the stricter stdlib parser fails too or the ids
     are none a result can carry. Runs only on a value that failed to parse."""
     try:
-        raw = json.loads(bytes(value), parse_constant=_not_json)
+        # Numbers are read as floats: only the ids are wanted, and an integer of more digits
+        # than the interpreter converts (``sys.get_int_max_str_digits``, 4,300) would fail it.
+        raw = json.loads(bytes(value), parse_constant=_not_json, parse_int=float)
     except (ValueError, RecursionError):
         return
     if not isinstance(raw, dict):
@@ -139,9 +145,16 @@ def _refuse_unreadable_json(value: bytes | bytearray | memoryview, exc: Exceptio
     ids = [_id(raw, name) for name in ("session_id", "command_id")]
     if any(i is None or not _is_unicode(i) for i in ids):
         return
+    if bytes(value[:3]) == _UTF8_BOM:
+        # The standard parser skips a byte order mark; a record's JSON must not start with one.
+        reason = "record value starts with a UTF-8 byte order mark (BOM); send the JSON without it"
+    else:
+        reason = (
+            f"record value holds JSON that cannot be read: {exc} (numbers must fit in a "
+            "double, and \\u escapes must make Unicode characters)"
+        )
     raise WireError(
-        f"record value holds JSON that cannot be read: {exc} (numbers must fit in a double, "
-        "and \\u escapes must make Unicode characters)",
+        reason,
         session_id=ids[0],
         command_id=ids[1],
     )

@@ -822,6 +822,9 @@ def test_a_cancel_message_longer_than_its_limit_is_refused_at_once() -> None:
     [
         (b'"metadata": {"big": 1e400}', "number is infinity when parsed as double"),
         (b'"metadata": {"s": "\\ud800"}', "surrogate"),
+        # More digits than the interpreter turns into an int (sys.get_int_max_str_digits).
+        (b'"metadata": {"big": ' + b"9" * 4_301 + b"}", "number is infinity"),
+        (b'"limits": {"max_cycles": -' + b"9" * 20_000 + b"}", "number is infinity"),
     ],
 )
 def test_valid_json_the_parser_cannot_hold_is_refused_with_its_ids(extra: bytes, why: str) -> None:
@@ -833,6 +836,14 @@ def test_valid_json_the_parser_cannot_hold_is_refused_with_its_ids(extra: bytes,
     assert (error.session_id, error.command_id) == ("s-1", "c-1")
     assert why in error.reason
     assert error.reason.startswith("record value holds JSON that cannot be read")
+
+
+def test_json_behind_a_byte_order_mark_is_refused_with_its_ids_and_named_for_it() -> None:
+    error = refused(b"\xef\xbb\xbf" + raw(INVOKE))
+    assert (error.answerable, error.session_id, error.command_id) == (True, "s-1", "c-1")
+    assert error.reason == (
+        "record value starts with a UTF-8 byte order mark (BOM); send the JSON without it"
+    )
 
 
 @pytest.mark.parametrize(
