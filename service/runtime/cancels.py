@@ -105,6 +105,9 @@ class CancelDesk:
         """The commands read of each session with a cancel or delete read and not answered."""
         self._awaited: dict[str, tuple[str, asyncio.Event]] = {}
         """By session, the command left mid-turn its cancel waits for, and the wake-up."""
+        self._repeats: set[Origin] = set()
+        """Cancels and deletes read with the id of a command of their session not answered
+        then, until their turn (see :meth:`repeat`)."""
 
     @property
     def tracking(self) -> int:
@@ -118,12 +121,23 @@ class CancelDesk:
         """The partition's control records on their way through session queues."""
         return self._held.ledger
 
-    def read(self, record: InputRecord, cancel: CancelCommand) -> CommandWork:
-        """Take a cancel as it is read: signal what it stops now; the work answers it in order."""
+    def read(
+        self, record: InputRecord, cancel: CancelCommand, *, taken: bool = False
+    ) -> CommandWork:
+        """Take a cancel as it is read: signal what it stops now; the work answers it in order.
+
+        ``taken``: its id is that of a command of its session read before it and not answered
+        yet (being handled or queued). The cancel is then a repeat of that command, as it is
+        of one the session answered: it does nothing and gets no result of its own (a command
+        id answers once)."""
         session_id = cancel.session_id
         work = CommandWork(record, session_id, cancel)
         self._control_read = max(self._control_read, record.origin.offset + 1)
         target = cancel.target_command_id
+        if taken:
+            self._repeats.add(record.origin)
+            self.ledger.read(record.origin.offset)
+            return work
         if self._answered(session_id, cancel.command_id):
             # Read again after a restart: what it covers was recorded with its answer (in the
             # session's state, or here for a session without), bounded by when it was first
@@ -160,19 +174,23 @@ class CancelDesk:
         self.ledger.read(record.origin.offset)
         return work
 
-    def deleting(self, work: CommandWork, command: ParsedCommand) -> None:
+    def deleting(self, work: CommandWork, command: ParsedCommand, *, taken: bool = False) -> None:
         """Take a delete as it is read: the session's running invocation stops now, and its
         queued commands published before the delete (and not after it was read, whatever its
-        record timestamp) are answered ``cancelled`` unrun."""
+        record timestamp) are answered ``cancelled`` unrun. ``taken`` as for :meth:`read`."""
         session_id = work.session_id
         command_id = command.command_id
         timestamp_ms = self._until(work.record)
         running = self._running.get(session_id)
-        if self._applied(session_id, command_id) or (
-            running is not None and running.work.command_id == command_id
+        if (
+            taken
+            or self._applied(session_id, command_id)
+            or (running is not None and running.work.command_id == command_id)
         ):
-            # Its id is a command the session answered or is running: the delete is a repeat,
-            # skipped at its turn (a command id answers once).
+            # Its id is a command the session answered, is running or has queued: the delete
+            # is a repeat, skipped at its turn (a command id answers once).
+            if taken:
+                self._repeats.add(work.record.origin)
             return
         self._control_before[work.record.origin] = self._control_read
         reach = self._reach.setdefault(session_id, {}).setdefault(
@@ -260,6 +278,15 @@ class CancelDesk:
         if self._durable is not None:
             await self._durable()
 
+    def repeat(self, work: CommandWork) -> bool:
+        """The cancel or delete was read with the id of a command of its session not answered
+        then (``taken``): a repeat of that command, whether or not its answer recorded the id.
+        Asked once, at its turn."""
+        if work.record.origin not in self._repeats:
+            return False
+        self._repeats.remove(work.record.origin)
+        return True
+
     @property
     def awaiting(self) -> int:
         """Cancels waiting for the record of a command left mid-turn."""
@@ -284,6 +311,8 @@ class CancelDesk:
         mid-turn, so its record is read again; only the order of the two topics' fetches
         decides which comes first."""
         session_id = work.session_id
+        if work.record.origin in self._repeats:
+            return
         stored = self._store.get(session_id)
         inflight = stored.state.inflight if stored is not None else None
         if stored is None or inflight is None or self._answered(session_id, cancel.command_id):
@@ -459,7 +488,7 @@ class CancelDesk:
         """The cancel's own result, after everything before it in its session was dealt with."""
         session_id = work.session_id
         origin = work.record.origin
-        if self._answered(session_id, cancel.command_id):
+        if self.repeat(work) or self._answered(session_id, cancel.command_id):
             self._metrics.command("cancel", "duplicate")
             self._metrics.cancel("duplicate")
             if not self._applied(session_id, cancel.command_id):

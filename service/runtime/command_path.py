@@ -107,13 +107,15 @@ class CommandPath:
 
         1. The partition's commit failed (fencing, a failed transaction): that is no record's
            failure. It passes, and the next owner reads the record again.
-        2. A cancel: the cancel desk answers it once, saying what it covered.
+        2. A cancel: the cancel desk answers it once, saying what it covered (one read with the
+           id of a command of its session answered, handled or queued is a repeat of it).
         3. A record that did not decode: an ``error`` result with the wire's code (the engine's,
            for a refused checkpoint resume), or nothing new when it was answered before. A record
            that names no session and id (one over the record limit is refused unread, so names
            none) never gets here: :meth:`undecodable` dead-letters it as it is read.
         4. A delete: the session's records are tombstoned and the delete answered (unless the
-           session applied its id: then as in 5).
+           session applied its id, or was handling or had queued a command with it when the
+           delete was read: then as in 5).
         5. A command the session has applied (a redelivery): only its offset is finished.
            A ``history`` or ``fork`` is then answered by :class:`SessionVersions` (a fork is
            refused ``session_exists`` or ``version_unavailable``, or writes the new session).
@@ -185,10 +187,11 @@ class CommandPath:
                         if origin.topic == self._topics.control:
                             self._cancels.ledger.answered(origin.offset)
                     return
-                # 4. A delete (one whose id the session applied is a repeat, as in 5).
+                # 4. A delete (one whose id the session applied, or had read and not answered
+                # when the delete was read, is a repeat, as in 5).
                 if command.type == "delete":
                     self._cancels.release(work.session_id)
-                    if applied:
+                    if self._cancels.repeat(work) or applied:
                         self._duplicate(work)
                     else:
                         await self._cancels.delete(work, command)

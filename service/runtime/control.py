@@ -249,10 +249,14 @@ class ControlHandler:
         self,
         desk: CancelDesk,
         put: Callable[[CommandWork], None],
+        holds: Callable[[str, str], bool],
         undecodable: Callable[[InputRecord, WireError], CommandWork | None],
         max_bytes: int = RECORD_MAX_BYTES,
         partitions: int | None = None,
     ) -> None:
+        """``holds``: whether a command of the session with this id was put and is not done
+        (:meth:`SessionQueues.holds`)."""
+        self._holds = holds
         self._max_bytes = max_bytes
         self._partitions = partitions
         self._desk = desk
@@ -276,4 +280,5 @@ class ControlHandler:
             cancel.command_id,
             cancel.target_command_id,
         )
-        self._put(self._desk.read(record, cancel))
+        taken = self._holds(cancel.session_id, cancel.command_id)
+        self._put(self._desk.read(record, cancel, taken=taken))

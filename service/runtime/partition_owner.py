@@ -251,6 +251,7 @@ class PartitionOwner:
             self._control = ControlHandler(
                 cancels,
                 self._queues.put,
+                self._queues.holds,
                 path.undecodable,
                 max_bytes=settings.runtime.state_record_max_bytes,
                 partitions=self._ctx.partitions,
@@ -373,6 +374,7 @@ class PartitionOwner:
             return
         work = CommandWork(record, command.session_id, command)
         if command.type == "delete":
-            self._parts.cancels.deleting(work, command)
+            taken = self._queues.holds(command.session_id, command.command_id)
+            self._parts.cancels.deleting(work, command, taken=taken)
         self._queues.put(work)
         self._parts.cancels.arrived(work)

@@ -28,6 +28,8 @@ class SessionQueues:
         self._task_group = task_group
         self._handler = handler
         self._queues: dict[str, deque[CommandWork]] = {}
+        self._handling: dict[str, CommandWork] = {}
+        """By session, the command its handler is on."""
         self._reads: dict[str, dict[str, int]] | None = {} if track_reads else None
         """With ``track_reads``: by session, the newest offset of each input topic put here."""
         self._running = 0
@@ -79,6 +81,15 @@ class SessionQueues:
         """The session has work running or queued."""
         return session_id in self._queues
 
+    def holds(self, session_id: str, command_id: str) -> bool:
+        """A command of the session with this id was put here and is not done: handled now,
+        or queued."""
+        handling = self._handling.get(session_id)
+        if handling is not None and handling.command_id == command_id:
+            return True
+        queue = self._queues.get(session_id, ())
+        return any(work.command_id == command_id for work in queue)
+
     def reads(self, session_id: str) -> dict[str, int]:
         """The newest offset of each input topic among the session's records put here (with
         ``track_reads``)."""
@@ -115,7 +126,7 @@ class SessionQueues:
         queue = self._queues[session_id]
         try:
             while queue and not self._closed:
-                work = queue.popleft()
+                work = self._handling[session_id] = queue.popleft()
                 try:
                     await self._handler(work)
                 except asyncio.CancelledError:
@@ -131,6 +142,7 @@ class SessionQueues:
                     )
         finally:
             del self._queues[session_id]
+            self._handling.pop(session_id, None)
             self._running -= 1
             if self._running == 0:
                 self._idle.set()

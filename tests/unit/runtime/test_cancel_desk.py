@@ -397,10 +397,13 @@ async def test_a_cancel_read_ahead_of_an_invocation_it_stopped_at_a_takeover() -
     assert _results(t)["x0"]["cancel"] == {"stopped": "c", "skipped": [], "resolved": None}
 
 
-async def _behind_running(t: _Desk, queued: Callable[[], list[CommandWork]]) -> list[str]:
-    """Run "c" (published at 90) until what ``queued`` makes, once "c" runs, is read and queued
-    behind it; then let "c" end (answered by its runner) and the rest take their turns. Returns
-    the ids of the invocations a cancel signalled."""
+async def _behind_running(
+    t: _Desk, queued: Callable[[SessionQueues], list[CommandWork]], *first: CommandWork
+) -> list[str]:
+    """Run "c" (published at 90), and queue ``first`` behind it, until what ``queued`` makes
+    (given the queues), once "c" runs, is read and queued behind them; then let "c" end
+    (answered by its runner) and the rest take their turns. Returns the ids of the
+    invocations a cancel signalled."""
     gate = asyncio.Event()
     signalled: list[str] = []
 
@@ -413,8 +416,10 @@ async def _behind_running(t: _Desk, queued: Callable[[], list[CommandWork]]) -> 
     async with asyncio.TaskGroup() as tasks:
         queues = SessionQueues(tasks, t.path(handler).handle)
         queues.put(_command("c", 1, ts=90))
+        for work in first:
+            queues.put(work)
         await asyncio.sleep(0)
-        for work in queued():
+        for work in queued(queues):
             queues.put(work)
         gate.set()
         await queues.wait_idle()
@@ -424,7 +429,7 @@ async def _behind_running(t: _Desk, queued: Callable[[], list[CommandWork]]) -> 
 
 async def test_a_running_invocation_is_answered_before_the_cancel_that_stopped_it() -> None:
     t = _Desk()
-    await _behind_running(t, lambda: [t.desk.read(*_cancel(0, ts=100)), _command("q", 2, ts=95)])
+    await _behind_running(t, lambda _: [t.desk.read(*_cancel(0, ts=100)), _command("q", 2, ts=95)])
     assert t.answered() == [("c", "cancelled"), ("q", "cancelled"), ("x0", "cancelled")]
     assert _results(t)["x0"]["cancel"] == {"stopped": "c", "skipped": ["q"], "resolved": None}
 
@@ -433,7 +438,7 @@ async def test_what_an_earlier_cancel_stopped_and_skipped_is_not_named_by_a_late
     t = _Desk()
     await _behind_running(
         t,
-        lambda: [
+        lambda _: [
             _command("q", 2, ts=95),
             t.desk.read(*_cancel(0, ts=100)),
             t.desk.read(*_cancel(1, ts=110)),
@@ -458,12 +463,52 @@ async def test_a_cancel_id_read_again_before_its_answer_acts_once_as_first_read(
         first[1].model_copy(update={"target_command_id": None}),
     )
     signalled = await _behind_running(
-        t, lambda: [_command("q", 2, ts=95), t.desk.read(*first), t.desk.read(*again)]
+        t, lambda _: [_command("q", 2, ts=95), t.desk.read(*first), t.desk.read(*again)]
     )
     # "c" was not signalled: the repeat, untargeted, is not a second cancel.
     assert signalled == []
     assert t.answered() == [("c", "cancelled"), ("q", "cancelled"), ("x0", "cancelled")]
     assert _results(t)["x0"]["cancel"] == {"stopped": None, "skipped": ["q"], "resolved": None}
+
+
+@pytest.mark.parametrize("reused", ["c", "q"])
+async def test_a_cancel_reusing_the_id_of_a_command_handled_or_queued_is_a_repeat(
+    reused: str,
+) -> None:
+    # As of a command the session answered (clients.md): a repeat of that command, which
+    # stops and skips nothing and gets no result of its own, not a cancel acting unanswered.
+    t = _Desk()
+    cancel: list[CommandWork] = []
+
+    def read(queues: SessionQueues) -> list[CommandWork]:
+        record, command = _cancel(5, ts=100)
+        command = command.model_copy(update={"command_id": reused})
+        taken = queues.holds("s", reused)
+        cancel.append(t.desk.read(record, command, taken=taken))
+        return cancel
+
+    signalled = await _behind_running(t, read, _command("q", 2, ts=95))
+    assert signalled == []
+    assert t.answered() == [("c", "cancelled"), ("q", "cancelled")]  # both from their runner
+    assert t.cancels() == {"duplicate": 1.0}
+    assert [cancel[0].record.origin] in [outcome.finished for outcome in t.outcomes]
+    assert t.desk.tracking == 0
+
+
+async def test_a_delete_reusing_the_id_of_a_queued_command_is_a_repeat() -> None:
+    t = _Desk()
+    erase = ParsedCommand(type="delete", command_id="q", session_id="s", agent=None, input=None)
+    delete = CommandWork(_record(TOPICS.commands, 9, 110), "s", erase)
+
+    def read(queues: SessionQueues) -> list[CommandWork]:
+        t.desk.deleting(delete, erase, taken=queues.holds("s", "q"))
+        return [delete]
+
+    signalled = await _behind_running(t, read, _command("q", 2, ts=95))
+    assert signalled == []
+    assert t.answered() == [("c", "cancelled"), ("q", "cancelled")]  # both from their runner
+    assert t.outcomes[-1].finished == [delete.record.origin]
+    assert t.desk.tracking == 0
 
 
 async def test_a_command_left_mid_turn_skipped_before_its_cancel_is_named_stopped() -> None:

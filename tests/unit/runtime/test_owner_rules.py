@@ -687,6 +687,37 @@ async def test_a_command_left_mid_turn_is_answered_before_the_cancel_read_ahead_
     )
 
 
+async def test_a_cancel_or_delete_reusing_the_id_of_a_command_not_answered_is_a_repeat(
+    tmp_path: Path,
+) -> None:
+    """c0 runs (its model waits) and c1 waits behind it when two cancels, reusing the ids c0
+    and c1, and a delete reusing c1 are read: each is a repeat of the command whose id it
+    carries, as of one the session answered. c0 is not stopped, c1 runs, and none of the
+    three acts unanswered or gets a second result under that id."""
+    kafka = MemoryKafka()
+    put(kafka, {**command(0, agent="gated"), "session_id": "s0"})
+    async with Instance(kafka, tmp_path / "a") as instance:
+        owner, task = instance.owner()
+        await until(lambda: instance.gated.waiting == 1, "c0 running")
+        put(kafka, {**command(1), "session_id": "s0"})
+        await until(lambda: instance.inflight.count == 2, "c1 read")
+        for reused in ("c0", "c1"):
+            cancel = {"type": "cancel", "command_id": reused, "session_id": "s0"}
+            kafka.append(TOPICS.control, 0, b"s0", orjson.dumps(cancel))
+        put(kafka, {"type": "delete", "command_id": "c1", "session_id": "s0"})
+        await until(lambda: instance.inflight.count == 5, "the cancels and the delete read")
+        instance.gated.gate.set()
+        await until(
+            lambda: committed(kafka) == 3 and committed(kafka, CONTROL_0) == 2, "all passed"
+        )
+        assert await instance.stop(owner, task) is OwnerExit.STOPPED
+    results = [orjson.loads(value) for value in kafka.visible(TOPICS.results) if value]
+    assert [(r["command_id"], r["stop_reason"]) for r in results] == [
+        ("c0", "end_turn"),
+        ("c1", "end_turn"),
+    ]
+
+
 @pytest.mark.parametrize("topic_id", [None, "T1"], ids=["no-topic-ids", "topic-id"])
 async def test_a_session_answering_more_than_the_ids_it_keeps_runs_none_again_on_a_takeover(
     tmp_path: Path, topic_id: str | None

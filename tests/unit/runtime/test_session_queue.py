@@ -8,6 +8,7 @@ import pytest
 
 from service.runtime.session_queue import SessionQueues
 from service.runtime.work import CommandWork, InputRecord, Origin
+from service.wire.errors import WireError
 
 
 def _work(session: str, offset: int) -> CommandWork:
@@ -186,3 +187,27 @@ async def test_forgetting_reads_looks_no_further_than_the_first_read_not_passed(
     assert asked == list(range(1, 11))
     assert not queues.reads("s9") and queues.reads("s10") == {"c": 10}
     assert queues.reads("s0") == {"c": 1_000}
+
+
+async def test_holds_names_the_commands_handled_and_queued_until_they_are_done() -> None:
+    gate = asyncio.Event()
+
+    async def handle(_: CommandWork) -> None:
+        await gate.wait()
+
+    def work(session: str, offset: int, command_id: str) -> CommandWork:
+        made = _work(session, offset)
+        made.error = WireError("refused", session_id=session, command_id=command_id)
+        return made
+
+    async with asyncio.TaskGroup() as tasks:
+        queues = SessionQueues(tasks, handle)
+        queues.put(work("a", 0, "first"))
+        queues.put(work("a", 1, "second"))
+        await asyncio.sleep(0)
+        assert queues.holds("a", "first")  # handled now
+        assert queues.holds("a", "second")  # queued behind it
+        assert not queues.holds("a", "third") and not queues.holds("b", "first")
+        gate.set()
+        await asyncio.wait_for(queues.wait_idle(), 5)
+        assert not queues.holds("a", "first") and not queues.holds("a", "second")
