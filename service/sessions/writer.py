@@ -188,29 +188,32 @@ class SessionWriter:
         rollback_to: int | None = None,
     ) -> list[dict[str, Any]]:
         """The version entries kept after this write: a step adds one (its entry and body
-        written), and those beyond the bound are tombstoned, oldest first; a rollback tombstones
-        those after its version first."""
+        written), and those beyond the bound are tombstoned, oldest first, once no command is
+        in flight; a rollback tombstones those after its version first.
+
+        While a command runs (its in-flight marker set) its boundaries' versions are added
+        without dropping older ones: should it fail, the session goes back to before it,
+        and must find the versions it had then, numbering on from the newest of them."""
+        session_id = state.session_id
         kept = list(before.versions) if before is not None else []
         while rollback_to is not None and kept and kept[-1]["version"] > rollback_to:
-            records.extend(_version_tombstones(state.session_id, kept.pop()))
-        if step is None:
-            return kept
-        session_id = state.session_id
-        version = kept[-1]["version"] + 1 if kept else 1
-        parts = list(
-            history.split(
-                history.body_key(session_id, version),
-                history.pack(body(state))[0],
-                self._part_max,
+            records.extend(_version_tombstones(session_id, kept.pop()))
+        if step is not None:
+            version = kept[-1]["version"] + 1 if kept else 1
+            parts = list(
+                history.split(
+                    history.body_key(session_id, version),
+                    history.pack(body(state))[0],
+                    self._part_max,
+                )
             )
-        )
-        records.extend(parts)
-        new = entry(step, version, len(state.messages), time.time(), len(parts))
-        records.append((history.version_key(session_id, version), history.pack(new)[0]))
-        kept.append(new)
-        while len(kept) > self._versions_kept:
-            old = kept.pop(0)
-            records.extend(_version_tombstones(session_id, old))
+            records.extend(parts)
+            new = entry(step, version, len(state.messages), time.time(), len(parts))
+            records.append((history.version_key(session_id, version), history.pack(new)[0]))
+            kept.append(new)
+        if state.inflight is None:
+            while len(kept) > self._versions_kept:
+                records.extend(_version_tombstones(session_id, kept.pop(0)))
         return kept
 
     def _results(

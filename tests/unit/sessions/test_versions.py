@@ -126,6 +126,61 @@ def test_a_rollback_removes_the_versions_after_its_own_and_numbering_resumes_the
     assert log.restored().get("s").versions == []  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("boundaries", [2, 5])
+def test_a_rollback_finds_the_versions_the_session_had_before_its_command(
+    boundaries: int,
+) -> None:
+    """Versions kept: 3. A command commits ``boundaries`` boundaries while it runs (its
+    in-flight marker set), then fails: the session is back to before it, with the three
+    versions it had then, listed and forkable, and numbering goes on after the newest. The
+    command's boundaries dropped none of them, five boundaries (past the bound) included."""
+    writer, log = _writer(kept=3), Log()
+    states = _turn(writer, log, 4)  # versions 1-4; 2, 3 and 4 kept
+    running = states[-1]
+    for i in range(boundaries):
+        running = running.snapshot()
+        running.messages.append(_user(f"more {i}"))
+        running.inflight = Inflight("c9", "after_tools", i, False)
+        log.apply(writer.write(running, 10 + i, step=Step(i, "c9", position="after_tools")))
+    during = writer.store.get("s")
+    assert during is not None
+    assert [e["version"] for e in during.versions] == list(range(2, 5 + boundaries))
+    log.apply(writer.write(states[-1], 20, rollback_to=4))
+    for store in (writer.store, log.restored()):
+        stored = store.get("s")
+        assert stored is not None
+        assert [e["version"] for e in stored.versions] == [2, 3, 4]
+    forked, at = source_state(log.records, "s", 2, "f")
+    assert at["version"] == 2 and forked.messages == states[1].messages
+    kept = {k for k in log.records if history.is_history_key(k) and k[2:3] in (b"v", b"b")}
+    assert kept == {history.version_key("s", v) for v in (2, 3, 4)} | {
+        history.body_key("s", v) for v in (2, 3, 4)
+    }
+    # The next command's end is version 5, and the bound holds again from there.
+    ended = states[-1].snapshot()
+    ended.messages.append(_assistant("done"))
+    log.apply(writer.write(ended, 21, step=Step(0, "c10", stop_reason="end_turn")))
+    latest = log.restored().get("s")
+    assert latest is not None and [e["version"] for e in latest.versions] == [3, 4, 5]
+
+
+def test_a_command_that_ends_drops_the_versions_past_the_bound_its_boundaries_kept() -> None:
+    writer, log = _writer(kept=3), Log()
+    running = _turn(writer, log, 3)[-1]
+    for i in range(4):
+        running = running.snapshot()
+        running.messages.append(_user(f"more {i}"))
+        running.inflight = Inflight("c9", "after_tools", i, False)
+        log.apply(writer.write(running, 10 + i, step=Step(i, "c9", position="after_tools")))
+    running = running.snapshot()
+    running.inflight = None
+    log.apply(writer.write(running, 20, step=Step(4, "c9", stop_reason="end_turn")))
+    stored = log.restored().get("s")
+    assert stored is not None and [e["version"] for e in stored.versions] == [6, 7, 8]
+    kept = {k for k in log.records if history.is_history_key(k) and k[2:3] in (b"v", b"b")}
+    assert len(kept) == 6
+
+
 def test_history_pages_newest_first_with_a_cursor() -> None:
     entries: list[dict[str, Any]] = [{"version": v, "parts": 1} for v in range(3, 9)]
     first, cursor = page(entries, 4, None)
