@@ -24,6 +24,15 @@ ANSWER_SHAPES = (
 _RESULT_KEYS = frozenset({"content", "status"})
 
 
+def cancelled_after_start_text(idempotency_key: str) -> str:
+    """The result a cancel gives a ``once`` call recorded as started and without a result:
+    not plain "cancelled", since it may have done its work."""
+    return (
+        "Tool execution cancelled after the tool had started: it may have done its work, its "
+        f"outcome is unknown (idempotency key {idempotency_key})"
+    )
+
+
 def outcome_interrupt_id(tool_use_id: str) -> str:
     return f"v1:{OUTCOME_UNKNOWN}:{tool_use_id}"
 

@@ -263,15 +263,37 @@ def test_a_refused_result_answer_says_what_is_missing_or_wrong(
     assert answer_problem(response) == problem
 
 
+MAY_HAVE_RUN = (
+    "Tool execution cancelled after the tool had started: it may have done its work, its "
+    "outcome is unknown (idempotency key s:t1)"
+)
+
+
 async def test_a_cancel_of_the_pause_resolves_it_like_any_interrupt() -> None:
+    # The once tool whose outcome is unknown is not said to be cancelled: it may have run.
     _, paused = await _paused_on_unknown(checkpointing=False)
     result, state = resolve_cancel(paused.state)
     assert result.stop_reason == "cancelled"
     blocks = [b["toolResult"] for m in state.messages for b in m["content"] if "toolResult" in b]
     by_id = {b["toolUseId"]: b for b in blocks}
-    assert by_id["t1"]["content"] == [{"text": "Tool execution cancelled"}]
+    assert by_id["t1"]["content"] == [{"text": MAY_HAVE_RUN}]
+    assert by_id["t1"]["status"] == "error"
     assert by_id["t2"]["content"] == [{"text": "Tool execution cancelled"}]
     assert state.pending is None and not state.interrupted
+    check_history(state)
+
+
+async def test_a_cancel_of_a_turn_left_while_a_once_tool_ran_says_it_may_have_run() -> None:
+    # Its owner died while the tool ran, and a cancel covers the command: the next owner
+    # closes the turn from the committed state, never pausing on tool_outcome_unknown.
+    crashed = await _until_ledger(_agent(checkpointing=False), SessionState("s"), "go", "c1")
+    assert crashed.inflight is not None and crashed.pending is not None
+    assert "t1" in crashed.pending.started
+    result, state = resolve_cancel(crashed)
+    assert result.stop_reason == "cancelled"
+    blocks = [b["toolResult"] for m in state.messages for b in m["content"] if "toolResult" in b]
+    assert {b["toolUseId"]: b["content"] for b in blocks}["t1"] == [{"text": MAY_HAVE_RUN}]
+    assert CALLS["pay"] == 0  # recorded as started, cut off there; the cancel runs nothing
     check_history(state)
 
 
