@@ -53,6 +53,7 @@ from service.agent.messages import name_shadowed, result_keys, result_order, res
 from service.agent.outcomes import (
     OUTCOME_UNKNOWN,
     answered_block,
+    idempotency_key,
     outcome_interrupt_id,
     outcome_reason,
 )
@@ -103,7 +104,7 @@ def _settle_started(run: BatchRun, use: dict[str, Any]) -> Settled:
     ):
         answer = known.response
     if answer is None:
-        key = f"{run.session_id}:{tool_use_id}"
+        key = idempotency_key(run.session_id, tool_use_id)
         logger.warning(
             "session_id=<%s>, tool_use_id=<%s>, tool=<%s>, idempotency_key=<%s>, "
             "started_at=<%s>, instance=<%s> | a once tool was started and has no result: its "

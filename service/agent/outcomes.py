@@ -24,6 +24,11 @@ ANSWER_SHAPES = (
 _RESULT_KEYS = frozenset({"content", "status"})
 
 
+def idempotency_key(session_id: str, tool_use_id: str) -> str:
+    """What a tool call is given to make its effect idempotent, the same in every run of it."""
+    return f"{session_id}:{tool_use_id}"
+
+
 def cancelled_after_start_text(idempotency_key: str) -> str:
     """The result a cancel gives a ``once`` call recorded as started and without a result:
     not plain "cancelled", since it may have done its work."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from service.agent.cancel import DEFAULT_CANCEL_MESSAGE
 from service.agent.messages import append_message, result_keys, results_message, tool_uses
 from service.agent.metrics import InvocationMetrics
-from service.agent.outcomes import cancelled_after_start_text
+from service.agent.outcomes import cancelled_after_start_text, idempotency_key
 from service.agent.results import CANCELLED_TEXT, error_result
 from service.agent.state import SessionState
 from service.agent.types import AgentResult, Message
@@ -42,7 +42,7 @@ def resolve_cancel(
                 # A once tool started and never seen to end (its owner died, or the session
                 # paused on tool_outcome_unknown): it may have run; the model must not read
                 # that it did not.
-                text = cancelled_after_start_text(f"{ws.session_id}:{tool_use_id}")
+                text = cancelled_after_start_text(idempotency_key(ws.session_id, tool_use_id))
                 done[key] = error_result(tool_use_id, text)
         results = results_message(uses, done, CANCELLED_TEXT, answered)
         append_message(ws.messages, results)

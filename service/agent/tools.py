@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from service.agent.cancel import CancelSignal
 from service.agent.interrupts import InterruptBook, tool_call_id
+from service.agent.outcomes import idempotency_key
 from service.agent.provider import ToolSpec
 from service.agent.results import (
     VALIDATION_PREFIX,
@@ -98,7 +99,7 @@ class ToolContext:
     @property
     def idempotency_key(self) -> str:
         """Stable across replays of the same tool call: ``<session_id>:<toolUseId>``."""
-        return f"{self.session_id}:{self.tool_use_id}"
+        return idempotency_key(self.session_id, self.tool_use_id)
 
     def interrupt(self, name: str, reason: Any = None, response: Any = None) -> Any:
         """Return the human answer to ``name``; without one, pause the invocation here.
