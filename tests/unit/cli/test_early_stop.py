@@ -44,6 +44,45 @@ def test_a_stop_while_starting_exits_with_status_0(sent: str) -> None:
     assert done.stderr.strip() == f"cairn: {sent} before serving: stopped"
 
 
+FINALIZER_SCRIPT = """
+import os, signal, sys
+from service.early_stop import exit_on_early_stop
+exit_on_early_stop()
+
+class Finalized:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(100_000):  # the handler runs here, inside the finalizer
+            pass
+
+Finalized()
+sys.exit(3)
+"""
+
+
+def test_a_stop_that_lands_where_exceptions_are_ignored_still_stops() -> None:
+    """Python runs the handler wherever the main thread is. An exception raised inside a
+    finalizer (or an import lock's callback, or a C extension's initialisation) is printed as
+    ignored, or worse: the handler must end the process without raising."""
+    done = _run(FINALIZER_SCRIPT, "SIGTERM")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip() == "cairn: SIGTERM before serving: stopped"
+
+
+def test_what_was_printed_before_the_stop_is_not_lost() -> None:
+    script = SCRIPT.replace("os.kill(", "print('topics created')\nos.kill(")
+    done = subprocess.run(
+        [sys.executable, "-c", script.format(signal="SIGTERM")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        preexec_fn=_default_signals,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "topics created\n"
+
+
 def test_without_it_the_same_signals_kill_the_process_or_print_a_traceback() -> None:
     """The test above can fail: the default actions are what it replaces."""
     script = SCRIPT.replace("exit_on_early_stop()\n", "")
