@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
 from service.early_stop import exit_on_early_stop
-from service.settings import Settings, process_environment, unknown_settings
+from service.settings import Settings, bootstrap_problem, process_environment, unknown_settings
 
 if TYPE_CHECKING:
     from service.cli import Subparsers
@@ -58,6 +58,8 @@ def _topics_create(args: argparse.Namespace) -> int:
 
     if args.partitions is not None:
         settings.topics.partitions = args.partitions
+    if args.bootstrap_servers is not None:
+        settings.kafka.bootstrap_servers = args.bootstrap_servers
     try:
         reports = run_topics_create(settings)
     except (TopicLayoutError, StartError) as exc:
@@ -102,7 +104,13 @@ def describe_invalid_settings(exc: ValidationError) -> str:
 
 
 def register_runtime_commands(commands: Subparsers) -> None:
-    serve = commands.add_parser("serve", help="run the service until SIGTERM")
+    serve = commands.add_parser(
+        "serve",
+        help="run the service until SIGTERM",
+        description="Run the service until SIGTERM. It takes no options: every setting is a "
+        "CAIRN_* environment variable, each listed with its default in docs/runtime.md "
+        '("Settings that matter"); the agents come from CAIRN_AGENTS.',
+    )
     serve.set_defaults(handler=_serve)
     topics = commands.add_parser("topics", help="manage the service's topics")
     topic_commands = topics.add_subparsers(dest="topics_command", metavar="COMMAND")
@@ -112,8 +120,22 @@ def register_runtime_commands(commands: Subparsers) -> None:
     create.add_argument(
         "--partitions", type=int, default=None, help="partitions of the co-partitioned topics"
     )
+    create.add_argument(
+        "--bootstrap-servers",
+        type=bootstrap_servers_argument,
+        help="Kafka bootstrap servers, HOST:PORT[,HOST:PORT...] (default: from CAIRN_ settings)",
+    )
     create.set_defaults(handler=_topics_create)
     topics.set_defaults(handler=lambda _: _usage(topics))
+
+
+def bootstrap_servers_argument(text: str) -> str:
+    """``--bootstrap-servers``, checked as the setting is (the option replaces
+    ``kafka.bootstrap_servers`` unvalidated)."""
+    problem = bootstrap_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:

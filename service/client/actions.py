@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.client import commands, render
-from service.client.kafka_io import ClientError, Reader, Seen, publish
+from service.client.kafka_io import NoResultError, Reader, Seen, publish
 from service.client.pause import Pause
 from service.settings import Settings
 from service.wire.commands import CancelCommand, ResumeCommand
@@ -69,7 +69,7 @@ async def _send_and_follow(
                     others=isinstance(command, CancelCommand),
                 )
         except TimeoutError:
-            raise ClientError(
+            raise NoResultError(
                 f"no result for command {command.command_id} within {options.timeout_s:g}s "
                 "(is `cairn serve` running? a command_id the session answered before gets no "
                 "second result; `cairn watch` shows what arrives)"
@@ -328,7 +328,10 @@ async def show_session(
         write(line)
     found = await last_results(settings, session_id, results)
     write(f"last {len(found)} result(s):" if found else "no results yet")
-    for result in found:
-        for line in render.result_lines(result, connection):
+    for index, result in enumerate(found, start=1):
+        # What to do next is said for the newest result only: the session has moved on from
+        # the others (a pause resumed, a session deleted since).
+        newest = index == len(found)
+        for line in render.result_lines(result, connection, next_steps=newest):
             write("  " + line)
     return 0

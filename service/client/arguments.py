@@ -18,10 +18,15 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from service.client import actions, commands, render
-from service.client.kafka_io import ClientError
-from service.serve_cli import load_settings
+from service.client.kafka_io import (
+    NO_RESULT_STATUS,
+    ClientError,
+    MissingTopicsError,
+    NoResultError,
+)
+from service.serve_cli import bootstrap_servers_argument, load_settings
 from service.sessions.versions import HISTORY_PAGE_MAX
-from service.settings import Settings, bootstrap_problem
+from service.settings import Settings
 from service.wire.base import MAX_ID_LENGTH
 
 Action = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
@@ -87,7 +92,7 @@ def _wait_options(args: argparse.Namespace) -> actions.WaitOptions:
 def _add_common(parser: argparse.ArgumentParser, *, waits: bool) -> None:
     parser.add_argument(
         "--bootstrap-servers",
-        type=_bootstrap_servers,
+        type=bootstrap_servers_argument,
         help="Kafka bootstrap servers, HOST:PORT[,HOST:PORT...] (default: from CAIRN_ settings)",
     )
     if waits:
@@ -359,14 +364,6 @@ def _page_size(text: str) -> int:
     return _positive(text, HISTORY_PAGE_MAX)
 
 
-def _bootstrap_servers(text: str) -> str:
-    """Checked as the setting is: it replaces ``kafka.bootstrap_servers`` unvalidated."""
-    problem = bootstrap_problem(text)
-    if problem is not None:
-        raise argparse.ArgumentTypeError(problem)
-    return text
-
-
 def _seconds(text: str) -> float:
     """A wait in seconds: a positive number."""
     try:
@@ -414,6 +411,12 @@ def _run(args: argparse.Namespace, settings: Settings | None) -> int:
         settings = settings.model_copy(update={"kafka": kafka})
     try:
         return asyncio.run(_cancelled_by_sigterm(action(args, settings)))
+    except NoResultError as exc:
+        print(render.terminal_safe(f"error: {exc}"), file=sys.stderr)
+        return NO_RESULT_STATUS
+    except MissingTopicsError as exc:
+        print(render.terminal_safe(f"error: {exc.hint(_connection(args))}"), file=sys.stderr)
+        return 2
     except (ClientError, commands.CommandInputError) as exc:
         print(render.terminal_safe(f"error: {exc}"), file=sys.stderr)
         return 2

@@ -8,6 +8,7 @@ follower cannot miss the answer to it.
 from __future__ import annotations
 
 import logging
+import shlex
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -28,6 +29,28 @@ _POLL_MS = 300
 
 class ClientError(RuntimeError):
     """Something the person can fix (no broker, no topic); printed without a traceback."""
+
+
+class NoResultError(ClientError):
+    """A command was sent and its result did not come within the wait's timeout: it may still
+    come (exit status :data:`NO_RESULT_STATUS`, not that of what was found before sending)."""
+
+
+NO_RESULT_STATUS = 3
+
+
+class MissingTopicsError(ClientError):
+    """Topics a command needs do not exist; the message says how to create them."""
+
+    def __init__(self, missing: Sequence[str]) -> None:
+        self.missing = list(missing)
+        super().__init__(self.hint(()))
+
+    def hint(self, connection: Sequence[str]) -> str:
+        """The message, its ``cairn topics create`` given ``connection`` (the options the person
+        passed, ``--bootstrap-servers H``) so it creates them on the same cluster."""
+        create = shlex.join(["cairn", "topics", "create", *connection])
+        return f"topics {self.missing} do not exist (run `{create}`)"
 
 
 def partition_for(key: str, partitions: int) -> int:
@@ -104,7 +127,7 @@ async def partition_counts(kafka: KafkaSettings, topics: Sequence[str]) -> dict[
             counts[str(name)] = len(partitions)
     missing = [topic for topic in topics if topic not in counts]
     if missing:
-        raise ClientError(f"topics {missing} do not exist (run `cairn topics create`)")
+        raise MissingTopicsError(missing)
     return counts
 
 

@@ -368,6 +368,28 @@ async def test_a_command_for_a_missing_topic_is_refused_before_it_is_sent(
     assert asyncio.get_running_loop().time() - started < 20
 
 
+async def test_the_missing_topics_hint_creates_them_on_the_cluster_the_command_named(
+    cluster: Cluster,
+) -> None:
+    """With ``--bootstrap-servers`` the hint repeats it, and the hint, run as printed (the
+    settings naming another broker), creates the topics there: the command then goes through."""
+    topics = {"CAIRN_TOPICS__COMMANDS": unique("later"), "CAIRN_TOPICS__CONTROL": unique("later")}
+    given = ("--bootstrap-servers", cluster.bootstrap)
+    rc, _, err = await cli(cluster, "invoke", "--session", "s-1", *given, "hi", env=topics)
+    assert rc == 2, err
+    hint = f"cairn topics create --bootstrap-servers {cluster.bootstrap}"
+    assert err.strip() == (
+        f"error: topics [{topics['CAIRN_TOPICS__COMMANDS']!r}] do not exist (run `{hint}`)"
+    )
+    elsewhere = {**topics, "CAIRN_KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:1"}
+    rc, out, err = await cli(cluster, *hint.split()[1:], env=elsewhere)
+    assert rc == 0, err
+    assert f"{topics['CAIRN_TOPICS__COMMANDS']}: created" in out
+    rc, out, err = await cli(cluster, "invoke", "--session", "s-1", *given, "hi", env=elsewhere)
+    assert rc == 0, err
+    assert out.startswith("sent     invoke session=s-1")
+
+
 @pytest.mark.parametrize(
     ("sent", "status", "said"),
     [(signal.SIGINT, 130, "cairn: interrupted"), (signal.SIGTERM, 143, "cairn: terminated")],

@@ -114,12 +114,12 @@ def test_no_wait_publishes_and_reads_nothing(
     assert len(out) == 1 and out[0].startswith("sent     delete session=s1 command=cli-")
 
 
-def test_no_result_within_the_timeout_is_said_plainly(
+def test_no_result_within_the_timeout_is_said_plainly_with_a_status_of_its_own(
     kafka: FakeKafka, capsys: pytest.CaptureFixture[str]
 ) -> None:
     kafka.answers = []
     assert main(["session", "delete", "--session", "s1", "--command-id", "d1",
-                 "--timeout", "0.05"]) == 2  # fmt: skip
+                 "--timeout", "0.05"]) == 3  # fmt: skip
     assert "no result for command d1 within 0.05s" in capsys.readouterr().err
 
 
