@@ -25,7 +25,7 @@ import functools
 import inspect
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -181,7 +181,15 @@ class StrandsTool(Tool):
             raise RuntimeError(f"Strands tool {self.name!r} ended without a result")
         if final.exception is not None:
             raise final.exception
-        return dict(final.tool_result)
+        result: Any = final.tool_result
+        if not isinstance(result, Mapping):
+            # A module tool's function returns its result as it likes; the reference's executor
+            # reads it with ``result.get(...)``, and what has no ``get`` fails there, told as a
+            # failure escaped from the tool. (A ``None`` the reference passes on as a
+            # ``toolResult`` of null, which no provider takes: the same failure here.)
+            missing = AttributeError(f"'{type(result).__name__}' object has no attribute 'get'")
+            raise ToolFailure(*escaped_failure(missing))
+        return dict(result)
 
 
 def _without_stop_iteration(agent_tool: AgentTool) -> AgentTool:

@@ -108,3 +108,25 @@ async def test_a_stop_iteration_is_an_ordinary_failure_where_the_reference_hangs
     ]
     assert [type(e) for e in watch.exceptions] == [StopIteration, StopIteration]
     assert not hasattr(stops._tool_func, "__wrapped__"), "the tool itself is left as it is"
+
+
+def returns(value: Any) -> PythonAgentTool:
+    def tool(tool_use: dict[str, Any], **invocation_state: Any) -> Any:
+        return value
+
+    spec: Any = {**STOPS_SPEC, "name": "returns", "description": "Return a value as it is."}
+    return PythonAgentTool("returns", spec, tool)
+
+
+async def test_a_module_tool_returning_no_result_dict_is_told_as_the_reference_tells_it() -> None:
+    """The reference reads a module tool's return with ``.get``: a value without one fails
+    there, ``Error: '<type>' object has no attribute 'get'`` (read from strands-agents 1.62 and
+    seen from it). Its ``None`` becomes a ``toolResult`` of null there, the same failure here."""
+    for value, kind in [("plain string", "str"), (7, "int"), ([1, 2], "list"), (None, "NoneType")]:
+        watch = Watch()
+        got = await results(
+            [ToolCall("returns", {}, "t1"), "ok"], [StrandsTool(returns(value))], watch
+        )
+        text = f"Error: '{kind}' object has no attribute 'get'"
+        assert got == [{"toolUseId": "t1", "status": "error", "content": [{"text": text}]}]
+        assert [type(e) for e in watch.exceptions] == [AttributeError]
