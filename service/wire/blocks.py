@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
-from service.wire.base import PartModel
+from service.wire.base import JsonObject, PartModel
 from service.wire.refusal_text import json_kind
 
 TOOL_RESULT_STATUSES = ("success", "error")
@@ -125,7 +125,18 @@ class Message(PartModel):
 
 
 class PromptMessage(PartModel):
-    """A message given as input: as Message, with every block checked and content non-empty."""
+    """A message given as input: as Message, with every block checked and content non-empty.
+    It may also hold the keys the Strands SDK adds to the messages it keeps, tracking_id and
+    metadata: accepted, so its messages can be given as they are, and not kept (a model never
+    sees them, as under Strands)."""
 
     role: Literal["user", "assistant"]
     content: Annotated[list[ContentBlock], Field(min_length=1)]
+    tracking_id: str | None = None
+    """The Strands SDK's id of the message; not kept."""
+    metadata: JsonObject | None = None
+    """The Strands SDK's usage and metrics of the message; not kept."""
+
+    def engine_message(self) -> dict[str, Any]:
+        """The message as the engine keeps it: role and content."""
+        return self.model_dump(include={"role", "content"})

@@ -182,7 +182,14 @@ class InvokeCommand(_Command):
             return self.prompt
         if isinstance(self.prompt, CheckpointResume):
             return self.prompt.model_dump()
-        return [item if isinstance(item, dict) else item.model_dump() for item in self.prompt]
+        return [
+            item
+            if isinstance(item, dict)
+            else item.engine_message()
+            if isinstance(item, PromptMessage)
+            else item.model_dump()
+            for item in self.prompt
+        ]
 
 
 class CancelCommand(_Command):

@@ -85,6 +85,43 @@ def test_invoke_prompt_shapes_are_accepted_and_reencode_unchanged(prompt: Any) -
     assert orjson.loads(encode(command)) == orjson.loads(value)
 
 
+def test_messages_as_the_strands_sdk_keeps_them_are_accepted_as_role_and_content() -> None:
+    """The Strands SDK (1.62) adds ``tracking_id`` and ``metadata`` to the messages it keeps and
+    strips them before a model call: its ``agent.messages`` given as a prompt are taken, the
+    engine gets role and content only."""
+    usage = {"inputTokens": 3, "outputTokens": 2, "totalTokens": 5}
+    prompt = [
+        {"role": "user", "content": [{"text": "hi"}], "tracking_id": "0b5c4c1e-8f0e-4c55"},
+        {
+            "role": "assistant",
+            "content": [{"text": "hello"}],
+            "tracking_id": "7d1f",
+            "metadata": {"usage": usage, "metrics": {"latencyMs": 12}, "custom": {}},
+        },
+        {"role": "user", "content": [{"text": "go on"}]},
+    ]
+    value = raw({**INVOKE, "prompt": prompt})
+    command = decode_command(value)
+    assert isinstance(command, InvokeCommand)
+    assert command.engine_input() == [{"role": m["role"], "content": m["content"]} for m in prompt]
+    assert orjson.loads(encode(command)) == orjson.loads(value)
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        ({"tracking_id": 7}, "prompt[0].tracking_id: must be a string, got a number"),
+        ({"metadata": [1]}, "prompt[0].metadata: must be an object, got an array"),
+        ({"trackingId": "x"}, "prompt[0].trackingId: is not a known field"),
+    ],
+)
+def test_a_messages_other_keys_are_still_refused(extra: dict[str, Any], said: str) -> None:
+    message = {"role": "user", "content": [{"text": "hi"}], **extra}
+    error = refused(raw({**INVOKE, "prompt": [message]}))
+    assert error.code == "invalid_command"
+    assert said in error.reason
+
+
 def test_optional_fields_that_were_absent_stay_absent_when_reencoded() -> None:
     command = decode_command(raw(INVOKE))
     assert orjson.loads(encode(command)) == INVOKE
