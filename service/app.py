@@ -59,7 +59,7 @@ async def serve(settings: Settings) -> None:
     check_store_dir(settings)
     agents = load_agents(settings.agents, process_environment())
     _tune_gc()
-    ops = Operability(port=settings.health_port)
+    ops = Operability(port=settings.health_port, host=settings.health_host)
     runtime = Runtime(settings, agents, operability=ops)
     ops.set_drain(runtime.drain)
     stop = asyncio.Event()
@@ -71,11 +71,20 @@ async def serve(settings: Settings) -> None:
             try:
                 await stack.enter_async_context(ops)
             except OSError as exc:
+                default_host = settings.health_host == Settings.model_fields["health_host"].default
+                where, named = (
+                    (f"{settings.health_port}", "CAIRN_HEALTH_PORT")
+                    if default_host
+                    else (
+                        f"{settings.health_host}:{settings.health_port}",
+                        "CAIRN_HEALTH_HOST, CAIRN_HEALTH_PORT",
+                    )
+                )
                 raise StartError(
-                    f"health port {settings.health_port} cannot be bound "
-                    f"(CAIRN_HEALTH_PORT): {exc.strerror or exc}"
+                    f"health port {where} cannot be bound ({named}): {exc.strerror or exc}"
                 ) from None
-            logger.info("agents=<%s> | serving", sorted(agents))
+            # Agents loaded and the endpoint up; the broker and the topics are looked for next.
+            logger.info("agents=<%s> | started", sorted(agents))
             await runtime.run(stop)
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -115,6 +124,15 @@ def warn_unknown_settings(environ: Mapping[str, str]) -> None:
         logger.warning("variables=<%s> | no such settings: ignored", named)
 
 
+def warn_fault_settings(settings: Settings) -> None:
+    """One warning naming the ``CAIRN_FAULTS__*`` settings given: they make the process kill,
+    stop or fail itself on purpose, for the fault tests, and have no place in production."""
+    given = sorted(settings.faults.model_fields_set)
+    if given:
+        named = ", ".join(f"CAIRN_FAULTS__{name.upper()}" for name in given)
+        logger.warning("variables=<%s> | fault injection set: for tests only", named)
+
+
 def run_service(settings: Settings) -> None:
     configure_logging(
         settings.log_level,
@@ -123,6 +141,7 @@ def run_service(settings: Settings) -> None:
         repeat_interval_s=settings.log_repeat_interval_s,
     )
     warn_unknown_settings(process_environment())
+    warn_fault_settings(settings)
     try:
         configure_tracing(process_environment())
     except TracingSetupError as exc:

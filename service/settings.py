@@ -319,6 +319,10 @@ class Settings(BaseSettings):
     """The agents hosted: an agents file (``.toml``/``.yaml``) or a registry import path
     ``package.module:attribute``."""
     health_port: int | None = Field(default=8080, ge=0, le=65535)
+    """The operator endpoint's port (``/livez``, ``/readyz``, ``/metrics``, ``/drain``); 0 takes
+    a free one."""
+    health_host: str = Field(default="0.0.0.0", min_length=1)
+    """The address the operator endpoint listens on (all interfaces unless set)."""
     log_level: str = "INFO"
     log_json: bool = True
     log_repeat_limit: int = Field(default=5, ge=0)

@@ -157,6 +157,22 @@ def test_probe_port_is_the_port_the_service_listens_on() -> None:
         assert ports.get(port, port) == health_port
 
 
+def test_the_network_policy_keeps_the_pods_port_to_the_monitoring() -> None:
+    """Only ingress is restricted, for the Deployment's pods, to their operator port: ``/drain``
+    asks for no credentials."""
+    policy = only(_k8s_documents(), "NetworkPolicy")
+    deployment = only(_k8s_documents(), "Deployment")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    selected = policy["spec"]["podSelector"]["matchLabels"]
+    assert selected.items() <= pod_labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    [rule] = policy["spec"]["ingress"]
+    assert rule["from"] and all("namespaceSelector" in peer for peer in rule["from"])
+    container_ports = {p["name"] for p in _container()["ports"]}
+    assert [p["port"] for p in rule["ports"]] == ["http"]
+    assert "http" in container_ports
+
+
 def _all_cairn_env() -> dict[str, dict[str, str]]:
     sources: dict[str, dict[str, str]] = {"k8s": _config_env(), "k8s:strimzi": strimzi_env()}
     for name, service in _compose()["services"].items():

@@ -320,6 +320,6 @@ async def test_service_hosts_the_agents_of_an_agents_file(cluster: Cluster) -> N
         proc = cluster.start(CAIRN_AGENTS=str(agents_file), CAIRN_OPS_TEST_KEY="sk-test-0123")
         procs.append(proc)
         await proc.wait_ready()
-        await proc.wait_log("agents=<['writer']> | serving")
+        await proc.wait_log("agents=<['writer']> | started")
         assert "sk-test-0123" not in proc.text()
         assert await proc.terminate() == 0, proc.text()[-3000:]

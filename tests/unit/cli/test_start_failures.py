@@ -179,6 +179,15 @@ def test_a_taken_health_port_is_one_line_and_status_1(taken_port: int) -> None:
     assert "address already in use" in line
 
 
+def test_a_health_host_not_on_this_machine_is_one_line_naming_it() -> None:
+    # 192.0.2.1 is TEST-NET-1: never an address of this machine.
+    done = _run("serve", CAIRN_HEALTH_HOST="192.0.2.1", CAIRN_HEALTH_PORT="0")
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    [line] = _own_lines(done.stderr, "cairn serve")
+    assert "health port 192.0.2.1:0 cannot be bound (CAIRN_HEALTH_HOST, CAIRN_HEALTH_PORT)" in line
+
+
 def test_topics_create_against_an_unreachable_broker_is_one_line() -> None:
     done = _run("topics", "create")
     assert done.returncode == 1, done.stderr
@@ -273,6 +282,35 @@ async def test_an_unreachable_broker_is_waited_for_alive_and_not_ready(tmp_path:
         assert serving.process.wait(10) == 0
         assert time.monotonic() - started < 5
         assert "Traceback" not in serving.log.read_text()
+    finally:
+        serving.stop()
+
+
+async def test_the_health_host_keeps_the_endpoint_to_that_address(tmp_path: Path) -> None:
+    """With ``CAIRN_HEALTH_HOST=127.0.0.1`` another loopback address (every 127.x.y.z is this
+    machine's) finds nothing on the port: so would another machine."""
+    serving = _Serving(tmp_path, CAIRN_HEALTH_HOST="127.0.0.1")
+    try:
+        await serving.until("the health server", lambda: "health server listening" in
+                            serving.log.read_text())  # fmt: skip
+        port = serving.port()
+        assert (await _get(port, "/livez"))[0] == 200
+        with pytest.raises(aiohttp.ClientConnectorError):
+            async with aiohttp.ClientSession() as http:
+                await http.get(f"http://127.0.0.2:{port}/livez")
+    finally:
+        serving.stop()
+
+
+async def test_a_fault_setting_is_a_warning_at_start(tmp_path: Path) -> None:
+    serving = _Serving(tmp_path, CAIRN_FAULTS__HOLD_RESTORE="true", CAIRN_FAULTS__KILL_AFTER="3")
+    try:
+        await serving.until("the warning", lambda: "fault injection" in serving.log.read_text())
+        [warning] = [r for r in serving.records() if "fault injection" in str(r["message"])]
+        assert warning["level"] == "warning"
+        assert _field(warning, "variables") == (
+            "CAIRN_FAULTS__HOLD_RESTORE, CAIRN_FAULTS__KILL_AFTER"
+        )
     finally:
         serving.stop()
 
