@@ -273,8 +273,11 @@ def history_lines(result: dict[str, Any], connection: Sequence[str] = ()) -> lis
     return lines
 
 
-def result_lines(result: dict[str, Any], connection: Sequence[str] = ()) -> list[str]:
-    """A result: its stop reason, the pause or error it carries, the message, what to do next."""
+def result_lines(
+    result: dict[str, Any], connection: Sequence[str] = (), *, next_steps: bool = True
+) -> list[str]:
+    """A result: its stop reason, the pause or error it carries, the message, what to do next
+    (unless ``next_steps`` is false: a result the session has moved on from)."""
     head = (
         f"result   session={result.get('session_id')} command={result.get('command_id')} "
         f"stop_reason={result.get('stop_reason')}"
@@ -309,7 +312,8 @@ def result_lines(result: dict[str, Any], connection: Sequence[str] = ()) -> list
     if isinstance(result.get("history"), dict):
         lines.extend(history_lines(result, connection))
     lines.extend(message_lines(result.get("message")))
-    lines.extend(next_step_lines(result, connection))
+    if next_steps:
+        lines.extend(next_step_lines(result, connection))
     return lines
 
 

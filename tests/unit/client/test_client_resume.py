@@ -169,3 +169,22 @@ def test_next_hints_keep_the_bootstrap_servers_given(
     kafka.answer_with = "checkpoint"
     assert main(["resume", "--session", "s1", "--answer", "true", "--wait"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "  next: cairn resume --session s1 --wait"
+
+
+def test_session_show_says_what_to_do_next_for_its_newest_result_only(
+    kafka: FakeKafka, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An older result's hint is stale: its pause was resumed, or the session deleted since."""
+    deleted = {"session_id": "s1", "state_records": 3, "stopped": None, "skipped": []}
+    kafka.results = [
+        result("c1", "checkpoint", checkpoint=CHECKPOINT),
+        result("c2", "end_turn", deleted=deleted),
+    ]
+    assert main(["session", "show", "s1"]) == 0
+    out = capsys.readouterr().out
+    assert "command=c1 stop_reason=checkpoint" in out
+    assert "next: cairn resume" not in out
+
+    kafka.results.reverse()
+    assert main(["session", "show", "s1"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "    next: cairn resume --session s1 --wait"
