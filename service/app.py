@@ -71,15 +71,9 @@ async def serve(settings: Settings) -> None:
             try:
                 await stack.enter_async_context(ops)
             except OSError as exc:
-                default_host = settings.health_host == Settings.model_fields["health_host"].default
-                where, named = (
-                    (f"{settings.health_port}", "CAIRN_HEALTH_PORT")
-                    if default_host
-                    else (
-                        f"{settings.health_host}:{settings.health_port}",
-                        "CAIRN_HEALTH_HOST, CAIRN_HEALTH_PORT",
-                    )
-                )
+                where, named = f"{settings.health_port}", "CAIRN_HEALTH_PORT"
+                if "health_host" in settings.model_fields_set:
+                    where, named = f"{settings.health_host}:{where}", f"CAIRN_HEALTH_HOST, {named}"
                 raise StartError(
                     f"health port {where} cannot be bound ({named}): {exc.strerror or exc}"
                 ) from None
