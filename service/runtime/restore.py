@@ -20,8 +20,8 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import IncompatibleBrokerVersion
@@ -96,6 +96,20 @@ class Sessions(Protocol):
     async def session_records(self, session_id: str) -> dict[bytes, bytes]: ...
 
 
+@dataclass(slots=True)
+class _ForkRead:
+    """One read of a sessions partition for the forks that asked before it started."""
+
+    sessions: set[str] = field(default_factory=set)
+    task: asyncio.Task[dict[str, dict[bytes, bytes]]] = field(init=False)
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """A read whose forks all stopped waiting: its failure is theirs, never logged as lost."""
+    if not task.cancelled():
+        task.exception()
+
+
 class SessionsReader:
     """The instance's reader of the sessions topic; :meth:`close` it when the runtime stops.
 
@@ -112,6 +126,8 @@ class SessionsReader:
         self._lock = asyncio.Lock()
         self._forks: AIOKafkaConsumer | None = None
         self._forks_lock = asyncio.Lock()
+        self._fork_reads: dict[int, _ForkRead] = {}
+        """The next read of each partition for forks, while it has not started."""
         self._counts: dict[str, int] = {}
         self._ids_unknown = False
 
@@ -155,37 +171,55 @@ class SessionsReader:
 
     async def session_records(self, session_id: str) -> dict[bytes, bytes]:
         """Every committed record of ``session_id`` on the sessions topic (head and history
-        records, by key, as of the partition's committed end now), read from the partition its
-        id maps to (Kafka's default murmur2 partitioner, as for every topic Cairn co-partitions).
-        A full read of that partition: what a fork pays once, on a reader of its own."""
-        head = session_id.encode()
-        mine = history.prefix(session_id)
+        records, by key, as of the partition's committed end after this call began), read from
+        the partition its id maps to (Kafka's default murmur2 partitioner, as for every topic
+        Cairn co-partitions). A full read of that partition, on a reader of its own, one read
+        at a time: the forks that wait meanwhile for one partition are served by one read,
+        which takes the partition's end once they all asked (so each sees what was committed
+        before it asked), instead of one read each."""
+        partition = partition_of(session_id, await self.partition_count(self._topic))
+        batch = self._fork_reads.get(partition)
+        if batch is None:
+            batch = _ForkRead()
+            self._fork_reads[partition] = batch
+            batch.task = asyncio.create_task(self._read_for_forks(partition, batch))
+            batch.task.add_done_callback(_retrieve)
+        batch.sessions.add(session_id)
+        found = await asyncio.shield(batch.task)
+        return found.get(session_id, {})
+
+    async def _read_for_forks(
+        self, partition: int, batch: _ForkRead
+    ) -> dict[str, dict[bytes, bytes]]:
         async with self._forks_lock:
+            # From here on the read's sessions are fixed: who asks next waits for the next read.
+            del self._fork_reads[partition]
+            sessions = {session.encode(): session for session in batch.sessions}
             if self._forks is None:
                 self._forks = await started(self._committed_reader())
             consumer = self._forks
-            found: dict[bytes, bytes] = {}
+            found: dict[bytes, dict[bytes, bytes]] = {key: {} for key in sessions}
             try:
-                tp = TopicPartition(
-                    self._topic,
-                    partition_of(session_id, await self.partition_count(self._topic)),
-                )
+                tp = TopicPartition(self._topic, partition)
                 changelog = KafkaChangelog(consumer)
                 start, end = await changelog.bounds(tp)
                 async for fetched in changelog.read(tp, start, end):
                     for record in fetched:
                         key = record.key
-                        if key is None or not (key == head or key.startswith(mine)):
+                        if key is None:
+                            continue
+                        mine = found.get(history.head_key_of(key))
+                        if mine is None:
                             continue
                         if record.value is None:
-                            found.pop(key, None)
+                            mine.pop(key, None)
                         else:
-                            found[key] = record.value
+                            mine[key] = record.value
             except Exception:
                 self._forks = None
                 await consumer.stop()
                 raise
-            return found
+            return {sessions[key]: records for key, records in found.items()}
 
     async def partition_count(self, topic: str) -> int:
         """How many partitions ``topic`` has, asked of the broker once (the producers keep theirs

@@ -16,6 +16,7 @@ from service.agent.state import PendingBatch, SessionState
 from service.runtime import restore
 from service.runtime.restore import SessionsReader, partition_of
 from service.runtime.topics import create_topics
+from service.sessions import history
 from service.sessions.cache import SessionCache
 from service.sessions.store import SessionStore, event_seq_header
 from service.sessions.table import MemoryTable, SqliteTable
@@ -211,4 +212,71 @@ async def test_a_restore_does_not_wait_for_a_forks_read(
         table.close()
     finally:
         gate.set()
+        await reader.close()
+
+
+def _last_records(
+    records: list[tuple[bytes, bytes | None, int]], session: str
+) -> dict[bytes, bytes]:
+    """What a read of the whole changelog finds for ``session``: each key's last value."""
+    found: dict[bytes, bytes] = {}
+    for key, value, _ in records:
+        if history.head_key_of(key) == session.encode():
+            if value is None:
+                found.pop(key, None)
+            else:
+                found[key] = value
+    return found
+
+
+async def test_forks_that_wait_for_one_partition_are_served_by_one_read(
+    kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forks read one at a time; those that asked while a read of the partition was under way
+    share the next read, and one that asks once a read has started is not served by it (that
+    read's end may be older than what it must see)."""
+    topics, kafka = await _topics(kafka_bootstrap)
+    records = _steps(sessions=4, steps=3)
+    await _produce(kafka_bootstrap, topics.sessions, records)
+    gates = [asyncio.Event(), asyncio.Event()]
+    started_reads: list[asyncio.Event] = [asyncio.Event() for _ in range(8)]
+    reads = 0
+    read = restore.KafkaChangelog.read
+
+    async def held(
+        self: restore.KafkaChangelog, tp: TopicPartition, start: int, end: int
+    ) -> AsyncIterator[list[restore.ChangelogRecord]]:
+        nonlocal reads
+        reads += 1
+        started_reads[reads - 1].set()
+        if reads <= len(gates):
+            await gates[reads - 1].wait()
+        async for fetched in read(self, tp, start, end):
+            yield fetched
+
+    monkeypatch.setattr(restore.KafkaChangelog, "read", held)
+    reader = SessionsReader(kafka, topics.sessions)
+    try:
+        first = asyncio.create_task(reader.session_records("s0"))
+        async with asyncio.timeout(30):
+            await started_reads[0].wait()
+        queued = {s: asyncio.create_task(reader.session_records(s)) for s in ("s1", "s2", "s3")}
+        await asyncio.sleep(0)  # each runs until it waits for its read
+        gates[0].set()
+        async with asyncio.timeout(30):
+            await started_reads[1].wait()
+        # Written after the second read took its end: a fork asking now must see it.
+        late = (history.message_key("s1", 99), b"late", 99)
+        await _produce(kafka_bootstrap, topics.sessions, [late])
+        after = asyncio.create_task(reader.session_records("s1"))
+        gates[1].set()
+        async with asyncio.timeout(30):
+            assert await first == _last_records(records, "s0")
+            for session, task in queued.items():
+                assert await task == _last_records(records, session)
+            assert await after == _last_records([*records, late], "s1")
+        assert reads == 3, "the three forks that waited shared one read; the late one had its own"
+    finally:
+        for gate in gates:
+            gate.set()
         await reader.close()
