@@ -44,12 +44,18 @@ def made(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[AIOKafkaConsumer]]:
 
 
 async def test_the_sessions_readers_are_stopped_when_their_start_fails(
-    kafka: KafkaSettings, made: list[AIOKafkaConsumer]
+    kafka: KafkaSettings, made: list[AIOKafkaConsumer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sessions = SessionsReader(kafka, "sessions")
     tp = TopicPartition("sessions", 0)
     with pytest.raises(KafkaConnectionError):
         await sessions.stable_and_end([tp])
+
+    async def one_partition(topic: str) -> int:
+        return 1
+
+    # Known already (asked of the broker once), so the fork's read starts its reader.
+    monkeypatch.setattr(sessions, "partition_count", one_partition)
     with pytest.raises(KafkaConnectionError):
         await sessions.session_records("s-1")
     assert len(made) == 2
