@@ -101,6 +101,8 @@ class _ForkRead:
     """One read of a sessions partition for the forks that asked before it started."""
 
     sessions: set[str] = field(default_factory=set)
+    waiting: int = 0
+    """Forks waiting for it; when the last stops waiting (its owner stopped), it is cancelled."""
     task: asyncio.Task[dict[str, dict[bytes, bytes]]] = field(init=False)
 
 
@@ -128,6 +130,7 @@ class SessionsReader:
         self._forks_lock = asyncio.Lock()
         self._fork_reads: dict[int, _ForkRead] = {}
         """The next read of each partition for forks, while it has not started."""
+        self._fork_tasks: set[asyncio.Task[dict[str, dict[bytes, bytes]]]] = set()
         self._counts: dict[str, int] = {}
         self._ids_unknown = False
 
@@ -183,43 +186,67 @@ class SessionsReader:
             batch = _ForkRead()
             self._fork_reads[partition] = batch
             batch.task = asyncio.create_task(self._read_for_forks(partition, batch))
+            self._fork_tasks.add(batch.task)
+            batch.task.add_done_callback(self._fork_tasks.discard)
             batch.task.add_done_callback(_retrieve)
         batch.sessions.add(session_id)
-        found = await asyncio.shield(batch.task)
+        batch.waiting += 1
+        try:
+            found = await asyncio.shield(batch.task)
+        except asyncio.CancelledError:
+            batch.waiting -= 1
+            if batch.waiting == 0:
+                self._detach(partition, batch)
+                batch.task.cancel()
+            raise
         return found.get(session_id, {})
+
+    def _detach(self, partition: int, batch: _ForkRead) -> None:
+        """Who asks for ``partition`` from now on waits for another read than ``batch``."""
+        if self._fork_reads.get(partition) is batch:
+            del self._fork_reads[partition]
 
     async def _read_for_forks(
         self, partition: int, batch: _ForkRead
     ) -> dict[str, dict[bytes, bytes]]:
-        async with self._forks_lock:
-            # From here on the read's sessions are fixed: who asks next waits for the next read.
-            del self._fork_reads[partition]
-            sessions = {session.encode(): session for session in batch.sessions}
-            if self._forks is None:
-                self._forks = await started(self._committed_reader())
-            consumer = self._forks
-            found: dict[bytes, dict[bytes, bytes]] = {key: {} for key in sessions}
-            try:
-                tp = TopicPartition(self._topic, partition)
-                changelog = KafkaChangelog(consumer)
-                start, end = await changelog.bounds(tp)
-                async for fetched in changelog.read(tp, start, end):
-                    for record in fetched:
-                        key = record.key
-                        if key is None:
-                            continue
-                        mine = found.get(history.head_key_of(key))
-                        if mine is None:
-                            continue
-                        if record.value is None:
-                            mine.pop(key, None)
-                        else:
-                            mine[key] = record.value
-            except Exception:
-                self._forks = None
-                await consumer.stop()
-                raise
-            return {sessions[key]: records for key, records in found.items()}
+        try:
+            async with self._forks_lock:
+                # From here on the read's sessions are fixed: who asks next waits for the next.
+                self._detach(partition, batch)
+                return await self._read_sessions(partition, batch.sessions)
+        finally:
+            self._detach(partition, batch)  # cancelled before it started
+
+    async def _read_sessions(
+        self, partition: int, wanted: set[str]
+    ) -> dict[str, dict[bytes, bytes]]:
+        """What the sessions topic's ``partition`` holds of each of ``wanted`` (under the lock)."""
+        sessions = {session.encode(): session for session in wanted}
+        if self._forks is None:
+            self._forks = await started(self._committed_reader())
+        consumer = self._forks
+        found: dict[bytes, dict[bytes, bytes]] = {key: {} for key in sessions}
+        try:
+            tp = TopicPartition(self._topic, partition)
+            changelog = KafkaChangelog(consumer)
+            start, end = await changelog.bounds(tp)
+            async for fetched in changelog.read(tp, start, end):
+                for record in fetched:
+                    key = record.key
+                    if key is None:
+                        continue
+                    mine = found.get(history.head_key_of(key))
+                    if mine is None:
+                        continue
+                    if record.value is None:
+                        mine.pop(key, None)
+                    else:
+                        mine[key] = record.value
+        except Exception:
+            self._forks = None
+            await consumer.stop()
+            raise
+        return {sessions[key]: records for key, records in found.items()}
 
     async def partition_count(self, topic: str) -> int:
         """How many partitions ``topic`` has, asked of the broker once (the producers keep theirs
@@ -325,6 +352,11 @@ class SessionsReader:
             return found
 
     async def close(self) -> None:
+        # The forks' reads, running or waiting: nothing is read (or a reader started) after.
+        reads = list(self._fork_tasks)
+        for read in reads:
+            read.cancel()
+        await asyncio.gather(*reads, return_exceptions=True)
         async with self._lock:
             await self._close_all()
         async with self._forks_lock:

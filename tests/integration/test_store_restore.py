@@ -280,3 +280,63 @@ async def test_forks_that_wait_for_one_partition_are_served_by_one_read(
         for gate in gates:
             gate.set()
         await reader.close()
+
+
+async def test_a_read_no_fork_waits_for_is_cancelled_and_close_ends_every_read(
+    kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork's owner that stops (a revoke) stops waiting: a read nobody waits for is cancelled,
+    and a later fork gets a read of its own. ``close`` cancels the reads running or queued, and
+    no reader is started after it."""
+    topics, kafka = await _topics(kafka_bootstrap)
+    records = _steps(sessions=2, steps=2)
+    await _produce(kafka_bootstrap, topics.sessions, records)
+    gate = asyncio.Event()
+    starts: list[asyncio.Event] = [asyncio.Event() for _ in range(4)]
+    cancelled: list[int] = []
+    read = restore.KafkaChangelog.read
+
+    async def held(
+        self: restore.KafkaChangelog, tp: TopicPartition, start: int, end: int
+    ) -> AsyncIterator[list[restore.ChangelogRecord]]:
+        number = sum(event.is_set() for event in starts)
+        starts[number].set()
+        try:
+            if number != 1:
+                await gate.wait()
+        except asyncio.CancelledError:
+            cancelled.append(number)
+            raise
+        async for fetched in read(self, tp, start, end):
+            yield fetched
+
+    monkeypatch.setattr(restore.KafkaChangelog, "read", held)
+    reader = SessionsReader(kafka, topics.sessions)
+    closed = False
+    try:
+        alone = asyncio.create_task(reader.session_records("s0"))
+        async with asyncio.timeout(30):
+            await starts[0].wait()
+        alone.cancel()
+        async with asyncio.timeout(30):
+            assert await asyncio.gather(alone, return_exceptions=True) != [None]
+            while cancelled != [0]:
+                await asyncio.sleep(0.01)
+            # The next fork has a read of its own (read 1, not held), not the cancelled one.
+            assert await reader.session_records("s1") == _last_records(records, "s1")
+        running = asyncio.create_task(reader.session_records("s0"))
+        async with asyncio.timeout(30):
+            await starts[2].wait()
+        queued = asyncio.create_task(reader.session_records("s1"))
+        await asyncio.sleep(0)  # it waits for the next read
+        async with asyncio.timeout(30):
+            await reader.close()
+        closed = True
+        outcomes = await asyncio.gather(running, queued, return_exceptions=True)
+        assert all(isinstance(o, asyncio.CancelledError) for o in outcomes), outcomes
+        assert cancelled == [0, 2] and not starts[3].is_set()
+        assert reader._forks is None, "no reader started after close"
+    finally:
+        gate.set()
+        if not closed:
+            await reader.close()
