@@ -128,6 +128,15 @@ def _checkpointing(agent: AgentDefinition, state: SessionState, invocation: Invo
     return agent.checkpointing
 
 
+def _checkpointing_off(state: SessionState, invocation: Invocation) -> str:
+    """Why a checkpoint resume finds checkpointing off: the setting that decided it."""
+    if invocation.checkpointing is not None:
+        return "this resume sets checkpointing to false: a checkpoint resume needs it on"
+    if state.turn_checkpointing is not None:
+        return "checkpointing is off for this turn (its invoke set it to false)"
+    return "checkpointing is off for this agent"
+
+
 def _limits(agent: AgentDefinition, state: SessionState, invocation: Invocation) -> Limits:
     if invocation.limits is not None:
         return invocation.limits
@@ -139,9 +148,8 @@ def _limits(agent: AgentDefinition, state: SessionState, invocation: Invocation)
 def _plan_resume(agent: AgentDefinition, state: SessionState, invocation: Invocation) -> Plan:
     if state.interrupted:
         raise InterruptPendingError("an interrupt is pending: only interrupt answers are accepted")
-    checkpointing = _checkpointing(agent, state, invocation)
-    if not checkpointing:
-        raise CheckpointingDisabledError("checkpointing is off for this agent and invocation")
+    if not _checkpointing(agent, state, invocation):
+        raise CheckpointingDisabledError(_checkpointing_off(state, invocation))
     payload = invocation.input
     if not isinstance(payload, dict):
         raise CheckpointIncompatibleError("checkpoint resume must be an object, not a list")

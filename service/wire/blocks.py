@@ -17,6 +17,9 @@ from service.wire.refusal_text import json_kind
 TOOL_RESULT_STATUSES = ("success", "error")
 RESUME_KEYS = ("checkpointResume", "interruptResponse")
 """Keys of resume payloads; never content blocks, so a resume is never mistaken for a prompt."""
+MESSAGE_KEYS = ("role", "content")
+"""Keys of a message; never content blocks, so a message short of a key is refused as a message
+(naming the key it lacks), not carried to the model as a block of an unknown kind."""
 
 _TOOL_USE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -47,7 +50,7 @@ CONTENT_BLOCK_SCHEMA: dict[str, Any] = {
         "toolUse": _TOOL_USE_SCHEMA,
         "toolResult": _TOOL_RESULT_SCHEMA,
     },
-    "not": {"anyOf": [{"required": [key]} for key in RESUME_KEYS]},
+    "not": {"anyOf": [{"required": [key]} for key in (*RESUME_KEYS, *MESSAGE_KEYS)]},
 }
 
 
@@ -95,6 +98,8 @@ def check_block(block: dict[str, Any]) -> dict[str, Any]:
     ((kind, body),) = block.items()
     if kind in RESUME_KEYS:
         raise _fail(f"{kind} is a resume payload, not a content block")
+    if kind in MESSAGE_KEYS:
+        raise _fail(f"{kind} is a message's key, not a content block")
     if kind == "text":
         if not isinstance(body, str):
             raise _fail(f"text must be a string, got {json_kind(body)}")

@@ -19,7 +19,7 @@ from service.wire.base import (
     PartModel,
     WireVersion,
 )
-from service.wire.blocks import ContentBlock, PromptMessage
+from service.wire.blocks import MESSAGE_KEYS, ContentBlock, PromptMessage
 from service.wire.pauses import (
     ANSWERS_TAG,
     CHECKPOINT_TAG,
@@ -52,8 +52,8 @@ class Limits(PartModel):
     deadline_s: Annotated[float, Field(gt=0)] | None = None
 
 
-def _has_role(item: Any) -> bool:
-    return isinstance(item, PromptMessage) or "role" in item
+def _is_message(item: Any) -> bool:
+    return isinstance(item, PromptMessage) or any(key in item for key in MESSAGE_KEYS)
 
 
 def _prompt_tag(value: Any) -> str | None:
@@ -65,7 +65,7 @@ def _prompt_tag(value: Any) -> str | None:
         return None
     if is_answers_shape(value):
         return ANSWERS_TAG
-    if any(isinstance(item, PromptMessage | dict) and _has_role(item) for item in value):
+    if any(isinstance(item, PromptMessage | dict) and _is_message(item) for item in value):
         return MESSAGES_TAG
     return BLOCKS_TAG
 

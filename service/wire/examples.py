@@ -104,7 +104,7 @@ ERROR_MESSAGES: dict[ErrorCode, str] = {
     "checkpoint_incompatible": "resume.checkpointResume.checkpoint.schema_version: Input should "
     "be '1.0'",
     "checkpoint_stale": "checkpoint is not the pause this session issued last",
-    "checkpointing_disabled": "checkpointing is off for this agent and invocation",
+    "checkpointing_disabled": "checkpointing is off for this agent",
     "interrupt_pending": "an interrupt is pending: only interrupt answers are accepted",
     "no_pending_interrupt": "no interrupt is pending in this session",
     "unknown_interrupt": "unknown interrupt ids: ['v1:tool_call:x:y']",

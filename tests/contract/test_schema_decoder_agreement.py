@@ -105,3 +105,34 @@ def test_the_decoder_and_the_schema_agree_on_every_mutated_example(kind: str) ->
                     )
     assert tried > 100
     assert not disagreements, "\n".join(disagreements)
+
+
+# Prompts a client may build by hand, half message and half block: the keys of a message are
+# never a content block's, so each is refused by both (naming the key it lacks), or accepted by
+# both.
+PROMPTS: list[tuple[Any, bool]] = [
+    ([{"role": "user"}], False),
+    ([{"content": [{"text": "hi"}]}], False),
+    ([{"text": "hi"}, {"content": "hi"}], False),
+    ([{"role": "user", "content": [{"role": "user"}]}], False),
+    ([{"role": "user", "content": [{"content": [{"text": "hi"}]}]}], False),
+    ([{"role": "user", "content": [{"text": "hi"}]}], True),
+    ([{"text": "hi"}, {"image": {"format": "png", "source": {"bytes": "AA=="}}}], True),
+]
+
+
+@pytest.mark.parametrize(("prompt", "valid"), PROMPTS)
+def test_the_decoder_and_the_schema_agree_on_prompts_mixing_messages_and_blocks(
+    prompt: Any, valid: bool
+) -> None:
+    schema = orjson.loads((CONTRACTS / "schemas" / "invoke.json").read_bytes())
+    command = {
+        "type": "invoke",
+        "schema_version": 1,
+        "command_id": "c-1",
+        "session_id": "s-1",
+        "agent": "demo",
+        "prompt": prompt,
+    }
+    assert Draft202012Validator(schema).is_valid(command) is valid
+    assert _decodes(decode_command, command) is valid

@@ -192,12 +192,16 @@ async def test_a_resumes_checkpointing_sticks_to_the_rest_of_its_turn() -> None:
 async def test_resume_with_checkpointing_off_is_rejected() -> None:
     agent = make_agent(TWO_CYCLES)
     out = await invoke(agent, new_state(), "compute")
-    with pytest.raises(CheckpointingDisabledError):
+    with pytest.raises(CheckpointingDisabledError) as info:
         await invoke(agent, out.state, resume(out), checkpointing=False)
+    assert str(info.value) == (
+        "this resume sets checkpointing to false: a checkpoint resume needs it on"
+    ), "the agent and the turn have it on: the resume's own field is what is refused"
     plain = make_agent(TWO_CYCLES, checkpointing=False)
     with pytest.raises(CheckpointingDisabledError) as info:
         await invoke(plain, new_state(), resume(out))
     assert info.value.code == "checkpointing_disabled"
+    assert str(info.value) == "checkpointing is off for this agent"
 
 
 async def _paused() -> tuple[Any, Any]:
