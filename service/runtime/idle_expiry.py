@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from aiokafka import TopicPartition
@@ -32,7 +32,8 @@ from service.sessions.writer import SessionWriter
 logger = logging.getLogger(__name__)
 
 _BATCH = 500
-"""Idle sessions looked at per round."""
+"""Idle sessions looked at at once; a round takes batch after batch until none is left, each
+once the deletes of the one before are committed."""
 OUTAGE_MS = 3_000
 """Fetches unanswered this long (an idle partition's are answered every 0.5 s) mean the broker
 was out of reach."""
@@ -95,6 +96,7 @@ async def expire_idle(
     ttl_s: float,
     writer: SessionWriter,
     submit: Callable[[Outcome], None],
+    committed: Callable[[], Awaitable[None]],
     queues: SessionQueues,
     stopping: Callable[[], bool],
     events_topic: str,
@@ -117,7 +119,9 @@ async def expire_idle(
     (epoch ms) the broker last answered a fetch of every input partition of this owner, ``None``
     before each did: no round runs while it lags (see :class:`Reachability`), nor within
     ``ttl_s`` of its recovery or of one the instance's other owners saw (``outages``, shared by
-    them).
+    them). A round goes through every idle session, a batch at a time, and waits for each
+    batch's deletes to be ``committed`` before it takes the next, so expiry keeps up with any
+    rate of new sessions the partition commits, never with more deletes in flight than a batch.
 
     A session another partition owns (``owns`` says no: a stray copy written on the wrong
     partition before records off their key's partition were refused) is deleted without an
@@ -126,6 +130,56 @@ async def expire_idle(
     interval = min(max(ttl_s / 4, 0.5), 60.0)
     reach = Reachability(fetched, outages)
     ttl_ms = int(ttl_s * 1000)
+
+    async def expire(session_id: str, written_ms: int, now_ms: int) -> None:
+        if stopping() or queues.busy(session_id):
+            return
+        # An idle session is seldom still in the cache: a large one is decoded off the
+        # event loop, and a command of it may come, run and commit meanwhile.
+        await store.prefetch(session_id)
+        if stopping() or queues.busy(session_id):
+            return
+        stored = store.get(session_id)
+        if stored is None or not stored.durable or store.written_ms(session_id) != written_ms:
+            return
+        if not _passed(session_id, stored, queues, passed, commands_topic, commands_log):
+            return
+        applied = stored.delivery.applied
+        write = writer.delete(session_id)
+        forgetting(session_id, applied)
+        queues.forget(session_id)
+        idle_s = (now_ms - written_ms) / 1000
+        if not stored.exists:
+            # Only remembered command ids (a refusal's, a targeted cancel's): no session
+            # to announce the end of.
+            submit(Outcome(state=write))
+            return
+        if owns is not None and not owns(session_id):
+            submit(Outcome(state=write))
+            logger.warning(
+                "session_id=<%s>, records=<%d> | stray copy of a session another partition "
+                "owns, deleted",
+                session_id,
+                len(write.records),
+            )
+            return
+        event = event_record(
+            events_topic,
+            session_id,
+            applied[-1] if applied else "expired",
+            stored.event_seq + 1,
+            "session_expired",
+            {"idle_s": max(idle_s, 0.0), "records": len(write.records)},
+        )
+        submit(Outcome(records=[event], state=write))
+        metrics.session_expired()
+        logger.info(
+            "session_id=<%s>, idle_s=<%.0f>, records=<%d> | idle session expired",
+            session_id,
+            idle_s,
+            len(write.records),
+        )
+
     while not stopping():
         answered = False
         for _ in range(max(1, round(interval / _SAMPLE_S))):
@@ -135,54 +189,17 @@ async def expire_idle(
         now_ms = int(time.time() * 1000)
         if not answered or now_ms - reach.back_ms < ttl_ms:
             continue
-        for session_id, written_ms in store.idle(now_ms - ttl_ms, _BATCH):
-            if stopping() or queues.busy(session_id):
-                continue
-            # An idle session is seldom still in the cache: a large one is decoded off the
-            # event loop, and a command of it may come, run and commit meanwhile.
-            await store.prefetch(session_id)
-            if stopping() or queues.busy(session_id):
-                continue
-            stored = store.get(session_id)
-            if stored is None or not stored.durable or store.written_ms(session_id) != written_ms:
-                continue
-            if not _passed(session_id, stored, queues, passed, commands_topic, commands_log):
-                continue
-            applied = stored.delivery.applied
-            write = writer.delete(session_id)
-            forgetting(session_id, applied)
-            queues.forget(session_id)
-            idle_s = (now_ms - written_ms) / 1000
-            if not stored.exists:
-                # Only remembered command ids (a refusal's, a targeted cancel's): no session
-                # to announce the end of.
-                submit(Outcome(state=write))
-                continue
-            if owns is not None and not owns(session_id):
-                submit(Outcome(state=write))
-                logger.warning(
-                    "session_id=<%s>, records=<%d> | stray copy of a session another partition "
-                    "owns, deleted",
-                    session_id,
-                    len(write.records),
-                )
-                continue
-            event = event_record(
-                events_topic,
-                session_id,
-                applied[-1] if applied else "expired",
-                stored.event_seq + 1,
-                "session_expired",
-                {"idle_s": max(idle_s, 0.0), "records": len(write.records)},
-            )
-            submit(Outcome(records=[event], state=write))
-            metrics.session_expired()
-            logger.info(
-                "session_id=<%s>, idle_s=<%.0f>, records=<%d> | idle session expired",
-                session_id,
-                idle_s,
-                len(write.records),
-            )
+        after: tuple[str, int] | None = None
+        while not stopping():
+            batch = store.idle(now_ms - ttl_ms, _BATCH, after)
+            for session_id, written_ms in batch:
+                await expire(session_id, written_ms, now_ms)
+            if len(batch) < _BATCH:
+                break
+            after = batch[-1]
+            await committed()
+            if not reach.sample() or int(time.time() * 1000) - reach.back_ms < ttl_ms:
+                break  # the broker went away meanwhile: its absence is no idle time
 
 
 def _passed(

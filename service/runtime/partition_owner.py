@@ -263,6 +263,7 @@ class PartitionOwner:
                         ttl_s,
                         parts.writer,
                         committer.submit,
+                        committer.flush,
                         self._queues,
                         self._stop_requested.is_set,
                         self._topics.events,

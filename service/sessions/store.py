@@ -271,10 +271,13 @@ class SessionStore:
         keys = [key for key, _ in self.table.scan(history.prefix(session_id))]
         return [*keys, session_id.encode()]
 
-    def idle(self, before_ms: int, limit: int) -> list[tuple[str, int]]:
-        """Up to ``limit`` sessions last written before ``before_ms``, oldest first."""
+    def idle(
+        self, before_ms: int, limit: int, after: tuple[str, int] | None = None
+    ) -> list[tuple[str, int]]:
+        """Up to ``limit`` sessions last written before ``before_ms``, oldest first, after
+        ``after`` (a session and its time, as returned) when given."""
         self.flush()
-        return self.table.idle(before_ms, limit)
+        return self.table.idle(before_ms, limit, after)
 
     def written_ms(self, session_id: str) -> int | None:
         """When the session's last write that is in the table was committed (epoch ms)."""

@@ -70,9 +70,12 @@ class Table(Protocol):
         """When the record under ``key`` was written (epoch ms), ``None`` without one."""
         ...
 
-    def idle(self, before_ms: int, limit: int) -> list[tuple[str, int]]:
-        """Up to ``limit`` sessions last written before ``before_ms``, oldest first, with
-        when."""
+    def idle(
+        self, before_ms: int, limit: int, after: tuple[str, int] | None = None
+    ) -> list[tuple[str, int]]:
+        """Up to ``limit`` sessions last written before ``before_ms``, oldest first (by when,
+        then by id), with when; ``after``: only those after that session and time in this
+        order, to go on from where a previous call stopped."""
         ...
 
     def wipe(self, reason: str) -> None:
@@ -116,11 +119,14 @@ class MemoryTable:
     def written_ms(self, key: bytes) -> int | None:
         return self._written.get(key)
 
-    def idle(self, before_ms: int, limit: int) -> list[tuple[str, int]]:
+    def idle(
+        self, before_ms: int, limit: int, after: tuple[str, int] | None = None
+    ) -> list[tuple[str, int]]:
+        start = (-1, b"") if after is None else (after[1], after[0].encode())
         heads = sorted(
             (ts, key)
             for key, ts in self._written.items()
-            if not is_history_key(key) and ts < before_ms
+            if not is_history_key(key) and ts < before_ms and (ts, key) > start
         )
         return [(key.decode(), ts) for ts, key in heads[:limit]]
 
@@ -316,12 +322,16 @@ class SqliteTable:
             row = self._db.execute("SELECT written_ms FROM kv WHERE key = ?", (key,)).fetchone()
         return None if row is None else int(row[0])
 
-    def idle(self, before_ms: int, limit: int) -> list[tuple[str, int]]:
+    def idle(
+        self, before_ms: int, limit: int, after: tuple[str, int] | None = None
+    ) -> list[tuple[str, int]]:
+        since_ms, since_key = (-1, b"") if after is None else (after[1], after[0].encode())
         with self._io():
             rows = self._db.execute(
                 "SELECT key, written_ms FROM kv WHERE head = 1 AND written_ms < ? "
-                "ORDER BY written_ms LIMIT ?",
-                (before_ms, limit),
+                "AND written_ms >= ? AND (written_ms > ? OR key > ?) "
+                "ORDER BY written_ms, key LIMIT ?",
+                (before_ms, since_ms, since_ms, since_key, limit),
             )
             return [(key.decode(), written_ms) for key, written_ms in rows]
 

@@ -14,6 +14,7 @@ import pytest
 
 from service.agent.state import SessionState
 from service.observability.metrics import Metrics
+from service.runtime import idle_expiry
 from service.runtime.idle_expiry import Outages, Reachability, expire_idle
 from service.runtime.session_queue import SessionQueues
 from service.runtime.work import CommandWork, InputRecord, Origin, Outcome
@@ -51,6 +52,10 @@ class _Idle:
         pass
 
 
+async def _all_committed() -> None:
+    """What the committer's flush does when every submitted outcome is committed at once."""
+
+
 def _expiry(
     store: SessionStore,
     ttl_s: float,
@@ -64,6 +69,7 @@ def _expiry(
         ttl_s,
         writer_for(store),
         submit,
+        _all_committed,
         _Idle(),  # type: ignore[arg-type]
         stopping,
         EVENTS,
@@ -96,6 +102,7 @@ async def test_a_stray_copy_and_a_state_of_ids_only_are_deleted_without_an_event
         0.001,
         writer_for(store),
         submitted.append,
+        _all_committed,
         _Idle(),  # type: ignore[arg-type]
         lambda: len(submitted) >= 3,
         EVENTS,
@@ -149,6 +156,7 @@ async def test_a_session_expires_only_once_the_offsets_are_past_its_records() ->
         0.001,
         writer_for(store),
         submitted.append,
+        _all_committed,
         _Idle({"s": {CONTROL: 9, COMMANDS: 30}}),  # type: ignore[arg-type]
         stopping,
         EVENTS,
@@ -188,6 +196,7 @@ async def test_the_newest_answered_command_holds_a_session_only_in_its_own_log(
         0.001,
         writer_for(store),
         submitted.append,
+        _all_committed,
         _Idle(),  # type: ignore[arg-type]
         stopping,
         EVENTS,
@@ -364,6 +373,7 @@ async def test_a_round_forgets_the_reads_the_input_offsets_passed() -> None:
             2,
             writer_for(),
             lambda outcome: None,
+            _all_committed,
             queues,
             stopping,
             EVENTS,
@@ -376,3 +386,48 @@ async def test_a_round_forgets_the_reads_the_input_offsets_passed() -> None:
         # Only the read the offsets passed is forgotten.
         assert queues.reads("deleted") == {}
         assert queues.reads("refused") == {COMMANDS: 1}
+
+
+async def test_a_round_expires_every_idle_session_a_batch_at_a_time_past_busy_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """More idle sessions than a batch all expire in one round (new sessions may come faster
+    than a batch per round), each batch once the deletes of the one before are committed; the
+    busy ones are left where they are and the round goes on past them."""
+    monkeypatch.setattr(idle_expiry, "_BATCH", 3)
+    said = [{"role": "user", "content": [{"text": "hi"}]}]
+    writer = writer_for()
+    store = restored(
+        [
+            Outcome(state=writer.write(SessionState(f"s{i}", messages=said), 3, Delivery()))
+            for i in range(10)
+        ]
+    )
+    submitted: list[Outcome] = []
+    at_commit: list[int] = []
+
+    class _Busy(_Idle):
+        def busy(self, session_id: str) -> bool:
+            return session_id in {"s0", "s1", "s2", "s3"}
+
+    async def committed() -> None:
+        at_commit.append(len(submitted))
+
+    await expire_idle(
+        0.001,
+        writer_for(store),
+        submitted.append,
+        committed,
+        _Busy(),  # type: ignore[arg-type]
+        lambda: len(submitted) >= 6,
+        EVENTS,
+        Metrics(),
+        passed=lambda topic, offset: True,
+        commands_topic=COMMANDS,
+        forgetting=lambda session_id, ids: None,
+        fetched=_now_ms,
+    )
+    expired = [outcome.state.session_id for outcome in submitted if outcome.state is not None]
+    assert expired == ["s4", "s5", "s6", "s7", "s8", "s9"]
+    # Three full batches, each followed by a wait for its deletes; the fourth is the last.
+    assert at_commit == [0, 2, 5]

@@ -790,13 +790,16 @@ async def test_a_command_of_a_commands_topic_created_anew_runs_whatever_its_time
 
 
 def _expiry_rounds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """A counter (its one item) of the idle expiry's rounds, each of which lists idle sessions."""
+    """A counter (its one item) of the idle expiry's rounds, each of which lists idle sessions
+    (from the oldest first: its later batches go on after a session)."""
     rounds = [0]
     idle = SessionStore.idle
 
-    def counted(store: SessionStore, before_ms: int, limit: int) -> list[tuple[str, int]]:
-        rounds[0] += 1
-        return idle(store, before_ms, limit)
+    def counted(
+        store: SessionStore, before_ms: int, limit: int, after: tuple[str, int] | None = None
+    ) -> list[tuple[str, int]]:
+        rounds[0] += after is None
+        return idle(store, before_ms, limit, after)
 
     monkeypatch.setattr(SessionStore, "idle", counted)
     return rounds

@@ -124,3 +124,28 @@ def test_a_record_is_known_by_when_it_was_written_as_in_memory(tmp_path: Path) -
     assert [sqlite.written_ms(key) for key in keys] == [5_000, 1_000, None, None]
     assert [memory.written_ms(key) for key in keys] == [5_000, 1_000, None, None]
     sqlite.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
+def test_idle_sessions_are_listed_in_pages_that_go_on_after_the_last_one_given(
+    tmp_path: Path, kind: str
+) -> None:
+    """Idle expiry pages through the idle sessions: ordered by when, then by id (many share a
+    millisecond), each page starting after the session the previous one ended on, so sessions
+    left where they are (busy, say) are never listed again in the same round."""
+    table = SqliteTable(tmp_path, max_age_s=3600) if kind == "sqlite" else MemoryTable()
+    rows = [(f"s{i}".encode(), b"v", i, 100 if i < 5 else 200 + i) for i in range(8)]
+    rows.append((b"s0\x00m0", b"history", 9, 50))  # a history record is never a session
+    rows.append((b"late", b"v", 10, 900))  # written after the bound
+    table.apply(rows, 11)
+    pages, after = [], None
+    while page := table.idle(800, 3, after):
+        pages.append(page)
+        after = page[-1]
+    assert pages == [
+        [("s0", 100), ("s1", 100), ("s2", 100)],
+        [("s3", 100), ("s4", 100), ("s5", 205)],
+        [("s6", 206), ("s7", 207)],
+    ]
+    assert table.idle(800, 10, ("s4", 100)) == [("s5", 205), ("s6", 206), ("s7", 207)]
+    table.close()
