@@ -129,6 +129,7 @@ async def run_invocation(
                     cancel=cancel_signal,
                     deadline=run.model_deadline(limits),
                     session_id=ws.session_id,
+                    conversation_length=len(ws.messages),
                 )
                 started = time.perf_counter()
                 reply: ModelReply | None = None

@@ -34,6 +34,10 @@ class ModelRequest:
     deadline: float | None = None
     """Absolute ``time.monotonic()`` instant after which retries must stop; None for no bound."""
     session_id: str = ""
+    conversation_length: int | None = None
+    """Messages in the whole conversation when the call is made; ``messages`` holds fewer once
+    the agent's context policy cut the view. Never sent to a model: a provider that derives ids
+    from where the conversation stands (the scripted one) counts with it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,9 @@ class ToolCall:
     name: str
     input: dict[str, Any] = field(default_factory=dict)
     tool_use_id: str | None = None
-    """Default: ``tooluse_<history length>_<position>``, unique in a session and replay-stable."""
+    """Default: ``tooluse_<conversation length>_<position>``, unique in a session (the length
+    counts the whole conversation, not only the view a context policy shows the model) and the
+    same when the call is made again after a crash."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +137,9 @@ class ScriptedModel(ModelProvider):
         content: list[ContentBlock] = []
         if reply.text:
             content.append({"text": reply.text})
-        position = len(request.messages)
+        position = request.conversation_length
+        if position is None:
+            position = len(request.messages)
         for n, call in enumerate(reply.tool_calls):
             tool_use_id = call.tool_use_id or f"tooluse_{position}_{n}"
             content.append(

@@ -454,3 +454,33 @@ def test_cited_text_of_a_summarizer_reply_is_summary_text() -> None:
         {"text": "So far: "},
         {"text": "the user asked for rain data."},
     ]
+
+
+@pytest.mark.parametrize("name", ["sliding_window_small", "summarize_own_model"])
+async def test_the_scripted_models_own_tool_ids_stay_unique_past_the_window(name: str) -> None:
+    """A scripted model's default toolUseIds count the whole conversation, not the view the
+    policy shows it: past the window they would otherwise come again, and a once tool's
+    idempotency key (session and toolUseId) would take a new call for an old one."""
+
+    calls = itertools.count()
+
+    def default_ids(request: ModelRequest, _index: int) -> ScriptedReply | str:
+        if is_summary_request(request):
+            return summary_of(request)
+        cycle = next(calls)
+        if cycle == 40:
+            return "The total is ready."
+        return ScriptedReply(tool_calls=(ToolCall("add", {"a": cycle, "b": 1}),))
+
+    agent = AgentDefinition(
+        name="counter",
+        model=ScriptedModel(default_ids),
+        system_prompt="You count.",
+        tools=[add],
+        context=POLICIES[name],
+    )
+    out = await invoke(agent, SessionState(session_id=f"ids-{name}"), PROMPT)
+    assert out.stop == "end_turn"
+    ids = [i for m in out.state.messages for i in _uses(m)]
+    assert len(ids) == 40
+    assert len(set(ids)) == 40, sorted(ids)
