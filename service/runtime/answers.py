@@ -11,6 +11,7 @@ are the only places either is built.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -78,18 +79,16 @@ class Answers:
         outcome = self._error(
             work, code, message, keeps=keeps, seq=seq, max_bytes=max_bytes, rollback_to=rollback_to
         )
-        self._metrics.command(work.command_type, "error")
-        self._metrics.result("error", code)
         self._submit(outcome)
 
     def dead_letter(self, record: InputRecord, reason: str, code: ErrorCode) -> None:
         """Dead-letter ``record``, committed with its input offset."""
-        self._metrics.dlq(code)
         self._submit(
             Outcome(
                 records=[self._dead_letter(record, reason, code)],
                 finished=[record.origin],
                 replay_unsafe=True,
+                counted=functools.partial(self._metrics.dlq, code),
             )
         )
 
@@ -117,6 +116,14 @@ class Answers:
                 max_bytes=FALLBACK_RESULT_MAX_BYTES,
             )
             outcome.records.insert(0, self._dead_letter(work.record, reason, "internal"))
+            counted = outcome.counted
+            assert counted is not None
+
+            def counted_with_dead_letter() -> None:
+                counted()
+                self._metrics.dlq("internal")
+
+            outcome.counted = counted_with_dead_letter
             return outcome
 
         return build
@@ -133,7 +140,12 @@ class Answers:
         rollback_to: int | None = None,
     ) -> Outcome:
         command_id = work.command_id
-        outcome = Outcome(finished=[work.record.origin], results=1, replay_unsafe=True)
+        outcome = Outcome(
+            finished=[work.record.origin],
+            results=1,
+            replay_unsafe=True,
+            counted=functools.partial(self._count_error, work.command_type, code),
+        )
         outcome.records.append(
             failure_record(
                 self._topics.results,
@@ -156,6 +168,10 @@ class Answers:
             outcome.state = self._writer.write(keeps, event_seq, delivery, rollback_to=rollback_to)
             outcome.replay_unsafe = False
         return outcome
+
+    def _count_error(self, command_type: str, code: ErrorCode) -> None:
+        self._metrics.command(command_type, "error")
+        self._metrics.result("error", code)
 
     def _metadata(self, work: CommandWork) -> dict[str, Any] | None:
         """The metadata an error result echoes: the command's, also when it did not decode."""

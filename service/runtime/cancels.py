@@ -264,8 +264,6 @@ class CancelDesk:
             existed,
             removed,
         )
-        self._metrics.command("delete", "ok")
-        self._metrics.result("end_turn")
         self._submit(
             Outcome(
                 records=[record],
@@ -273,10 +271,15 @@ class CancelDesk:
                 finished=[work.record.origin],
                 results=1,
                 replay_unsafe=True,
+                counted=self._count_delete,
             )
         )
         if self._durable is not None:
             await self._durable()
+
+    def _count_delete(self) -> None:
+        self._metrics.command("delete", "ok")
+        self._metrics.result("end_turn")
 
     def repeat(self, work: CommandWork) -> bool:
         """The cancel or delete was read with the id of a command of its session not answered

@@ -363,6 +363,9 @@ class Committer:
         return records, results, list(states.values())
 
     def _made_durable(self, batch: list[Outcome], states: list[OutRecord], position: int) -> None:
+        for outcome in batch:
+            if outcome.counted is not None:
+                outcome.counted()
         if self._on_durable is None or not states:
             return
         versions = {o.state.session_id: o.state.version for o in batch if o.state is not None}

@@ -9,6 +9,7 @@ refuse it. Nothing here opens a transaction.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -275,7 +276,7 @@ class Invoker:
         # the store ahead of the changelog.
         outcome.state = self._writer.write(state, seq, delivery, step=step)
         if result is not None:
-            self._count_result(run.command.type, result)
+            outcome.counted = functools.partial(self._count_result, run.command.type, result)
         outcome.records[:0] = run.events
         run.events = []
         stored = self._store.get(state.session_id)

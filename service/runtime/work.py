@@ -125,3 +125,7 @@ class Outcome:
     result. Without one, such an outcome is dropped (its input offsets still move on)."""
     unwritten: BaseException | None = None
     """Set by the committer when this outcome was refused and replaced (or dropped)."""
+    counted: Callable[[], None] | None = None
+    """What it adds to the metrics, called once it is committed: an outcome the broker refused
+    counts nothing (what replaced it counts for itself), and one redone after a failed commit
+    counts once."""

@@ -25,6 +25,7 @@ from tests.support.runtime_harness import (
     Cluster,
     invoke,
     last_stored_session,
+    metric_total,
     services,
     unique,
     wait_for,
@@ -184,4 +185,18 @@ async def test_an_output_the_broker_refuses_is_answered_small_and_the_partition_
             assert letter["headers"][DLQ_CODE] == b"internal"
             for command in (refused, beside, later):
                 assert len(client.results_for(command["command_id"])) == 1
+            # The metrics count what was published: the error result and the dead letter that
+            # replaced the refused output, not the end of turn the broker refused.
+            counted = {
+                (family, tuple(labels.items())): await metric_total(proc, family, labels)
+                for family, labels in (
+                    ("cairn_results", {"stop_reason": "end_turn"}),
+                    ("cairn_results", {"stop_reason": "error"}),
+                    ("cairn_result_errors", {"code": "internal"}),
+                    ("cairn_dlq_records", {"reason": "internal"}),
+                    ("cairn_commands", {"type": "invoke", "outcome": "ok"}),
+                    ("cairn_commands", {"type": "invoke", "outcome": "error"}),
+                )
+            }
+            assert list(counted.values()) == [2, 1, 1, 1, 2, 1], counted
         assert proc.alive, proc.text()[-3000:]

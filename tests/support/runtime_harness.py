@@ -521,8 +521,12 @@ async def probe(port: int, path: str) -> tuple[int, dict[str, Any]]:
         return response.status, orjson.loads(await response.read())
 
 
-async def metric_total(proc: ServiceProcess, family: str) -> float:
-    """The sum of the ``_total`` samples of a counter family on the process's ``/metrics``."""
+async def metric_total(
+    proc: ServiceProcess, family: str, labels: dict[str, str] | None = None
+) -> float:
+    """The sum of the ``_total`` samples of a counter family on the process's ``/metrics``
+    (only those with every label of ``labels``, when given)."""
+    wanted = (labels or {}).items()
     port = await health_port(proc)
     async with (
         aiohttp.ClientSession() as http,
@@ -531,5 +535,9 @@ async def metric_total(proc: ServiceProcess, family: str) -> float:
         text = await response.text()
     for found in text_string_to_metric_families(text):
         if found.name == family:
-            return sum(s.value for s in found.samples if s.name.endswith("_total"))
+            return sum(
+                s.value
+                for s in found.samples
+                if s.name.endswith("_total") and wanted <= s.labels.items()
+            )
     raise AssertionError(f"no {family} metric")

@@ -73,22 +73,28 @@ class Harness:
         self.engine = engine if engine is not None else FakeEngine()
         writer = writer_for(self.store)
         self.desk = CancelDesk(
-            writer=writer, submit=self.outcomes.append, topics=TOPICS, metrics=self.metrics
+            writer=writer, submit=self._committed, topics=TOPICS, metrics=self.metrics
         )
         self.answers = Answers(
-            writer=writer, submit=self.outcomes.append, topics=TOPICS, metrics=self.metrics
+            writer=writer, submit=self._committed, topics=TOPICS, metrics=self.metrics
         )
         self.path = CommandPath(
             store=self.store,
             cancels=self.desk,
             invoker=self.engine,
             answers=self.answers,
-            submit=self.outcomes.append,
+            submit=self._committed,
             agents={name: AgentDefinition(name=name, model=CycleModel(1)) for name in agents},
             topics=TOPICS,
             metrics=self.metrics,
             owns=owns,
         )
+
+    def _committed(self, outcome: Outcome) -> None:
+        """As the committer does once an outcome is committed: counted then."""
+        self.outcomes.append(outcome)
+        if outcome.counted is not None:
+            outcome.counted()
 
     def results(self) -> list[dict[str, Any]]:
         return [

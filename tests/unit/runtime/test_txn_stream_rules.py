@@ -458,15 +458,24 @@ def committer(stream: TransactionStream, tracker: OffsetTracker, **options: floa
     )
 
 
-def outcome(offset: int, *, topic: str = RESULTS, fallback: bool = False) -> Outcome:
+def outcome(
+    offset: int, *, topic: str = RESULTS, fallback: bool = False, counts: list[str] | None = None
+) -> Outcome:
+    """An answer to the command at ``offset``; ``counts`` learns what was counted, and when."""
+    counted = [] if counts is None else counts
+
     def replacement(_: BaseException) -> Outcome:
-        return Outcome(records=[OutRecord(RESULTS, b"s", b"error@%d" % offset, partition=0)])
+        return Outcome(
+            records=[OutRecord(RESULTS, b"s", b"error@%d" % offset, partition=0)],
+            counted=lambda: counted.append(f"error@{offset}"),
+        )
 
     return Outcome(
         records=[OutRecord(topic, b"s", b"answer@%d" % offset, partition=0)],
         finished=[Origin(COMMANDS, 0, offset)],
         results=1,
         fallback=replacement if fallback else None,
+        counted=lambda: counted.append(f"answer@{offset}"),
     )
 
 
@@ -503,11 +512,13 @@ async def test_a_refused_outcome_is_replaced_and_the_rest_of_its_batch_commits(
     kafka.too_large.add(DLQ)
     tracker = OffsetTracker(0)
     part = committer(stream, tracker)
-    for offset in range(3):
+    for offset in range(4):
         tracker.received(offset)
-    part.submit(outcome(0))
-    part.submit(outcome(1, topic=DLQ, fallback=True))
-    part.submit(outcome(2))
+    counts: list[str] = []
+    part.submit(outcome(0, counts=counts))
+    part.submit(outcome(1, topic=DLQ, fallback=True, counts=counts))
+    part.submit(outcome(2, counts=counts))
+    part.submit(outcome(3, topic=DLQ, counts=counts))  # nothing to write instead: dropped
     task = asyncio.create_task(part.run())
     try:
         await part.flush()
@@ -515,7 +526,9 @@ async def test_a_refused_outcome_is_replaced_and_the_rest_of_its_batch_commits(
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     assert kafka.visible(RESULTS) == [b"answer@0", b"error@1", b"answer@2"]
-    assert kafka.committed[TopicPartition(COMMANDS, 0)] == (3, "g-a")
+    assert kafka.committed[TopicPartition(COMMANDS, 0)] == (4, "g-a")
+    # The metrics count what was published: the replacement, not what the broker refused.
+    assert counts == ["answer@0", "error@1", "answer@2"]
 
 
 async def test_a_failed_transaction_stops_the_committer(
