@@ -42,6 +42,10 @@ logger = logging.getLogger(__name__)
 
 
 _FETCH_WAIT_MS = 10
+RESTORES_AT_ONCE = 4
+"""Partitions an instance restores at the same time, each on a reader of its own: a takeover's
+partitions with a warm local store serve at once, beside one whose cold restore reads for
+seconds (the readers share the event loop, so more at once restores no faster in all)."""
 _POLL_MS = 20
 
 
@@ -115,9 +119,10 @@ def _retrieve(task: asyncio.Task[Any]) -> None:
 class SessionsReader:
     """The instance's reader of the sessions topic; :meth:`close` it when the runtime stops.
 
-    Restores and the repair's reads share two readers, one at a time. A fork's read of its
-    source has a reader of its own: it reads a whole partition, and restores of the instance's
-    other partitions do not wait for it."""
+    The repair's reads and the lookups of the owners' starts share two readers, one at a time.
+    Restores have readers of their own, up to :data:`RESTORES_AT_ONCE` at once, so a cold one
+    holds up neither the others nor the starts. A fork's read of its source has a reader of its
+    own too: it reads a whole partition, and restores do not wait for it."""
 
     def __init__(self, kafka: KafkaSettings, topic: str, metrics: Metrics | None = None) -> None:
         self._kafka = kafka
@@ -126,6 +131,10 @@ class SessionsReader:
         self._consumer: AIOKafkaConsumer | None = None
         self._uncommitted: AIOKafkaConsumer | None = None
         self._lock = asyncio.Lock()
+        self._restorers: list[AIOKafkaConsumer] = []
+        """Restore readers not in use, each paused at the end of its last read."""
+        self._restoring = asyncio.Semaphore(RESTORES_AT_ONCE)
+        self._closed = False
         self._forks: AIOKafkaConsumer | None = None
         self._forks_lock = asyncio.Lock()
         self._fork_reads: dict[int, _ForkRead] = {}
@@ -136,17 +145,26 @@ class SessionsReader:
 
     async def restore(self, partition: int, table: Table, *, cache: SessionCache) -> SessionStore:
         """The partition's store over ``table``, brought up to the changelog's end."""
-        async with self._lock:
-            consumer = await self._committed()
+        async with self._restoring:
+            if self._closed:
+                raise RuntimeError("the sessions reader is closed")
+            consumer = (
+                self._restorers.pop()
+                if self._restorers
+                else await started(self._committed_reader())
+            )
             try:
                 records = await catch_up(KafkaChangelog(consumer), self._topic, partition, table)
-                self._metrics.restored(records)
-                return SessionStore(table, cache=cache)
-            except Exception:
+            except BaseException:
                 # A reader in an unknown state is not reused: the next restore starts afresh.
-                self._consumer = None
                 await consumer.stop()
                 raise
+            if self._closed:
+                await consumer.stop()
+            else:
+                self._restorers.append(consumer)
+            self._metrics.restored(records)
+            return SessionStore(table, cache=cache)
 
     async def _committed(self) -> AIOKafkaConsumer:
         """The ``read_committed`` reader, started on first use (called under the lock)."""
@@ -353,6 +371,10 @@ class SessionsReader:
 
     async def close(self) -> None:
         # The forks' reads, running or waiting: nothing is read (or a reader started) after.
+        self._closed = True
+        restorers, self._restorers = self._restorers, []
+        for consumer in restorers:
+            await consumer.stop()
         reads = list(self._fork_tasks)
         for read in reads:
             read.cancel()

@@ -215,6 +215,54 @@ async def test_a_restore_does_not_wait_for_a_forks_read(
         await reader.close()
 
 
+async def test_a_cold_restore_holds_up_neither_the_other_restores_nor_the_starts(
+    kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A takeover: one partition restores from an empty store for seconds while the instance's
+    other partitions, warm or small, start beside it (their lookups, their own restores), and
+    they serve without waiting for it."""
+    topics, kafka = await _topics(kafka_bootstrap, partitions=3)
+    records = _steps(sessions=2, steps=3)
+    for partition in range(3):
+        await _produce(kafka_bootstrap, topics.sessions, records, partition)
+    gate, reading = asyncio.Event(), asyncio.Event()
+    read = restore.KafkaChangelog.read
+
+    async def held(
+        self: restore.KafkaChangelog, tp: TopicPartition, start: int, end: int
+    ) -> AsyncIterator[list[restore.ChangelogRecord]]:
+        if tp.partition == 0:
+            reading.set()
+            await gate.wait()
+        async for fetched in read(self, tp, start, end):
+            yield fetched
+
+    monkeypatch.setattr(restore.KafkaChangelog, "read", held)
+    reader = SessionsReader(kafka, topics.sessions)
+    tables = [SqliteTable(tmp_path / f"store-{p}", max_age_s=3600) for p in range(3)]
+    cache = SessionCache(1 << 20)
+    try:
+        cold = asyncio.create_task(reader.restore(0, tables[0], cache=cache))
+        async with asyncio.timeout(30):
+            await reading.wait()
+        async with asyncio.timeout(10):
+            for partition in (1, 2):
+                store = await reader.restore(partition, tables[partition], cache=cache)
+                assert store.get("s1") is not None
+            bounds = await reader.stable_and_end([TopicPartition(topics.sessions, 0)])
+        assert not cold.done(), "the cold restore is still held"
+        assert bounds[TopicPartition(topics.sessions, 0)][0] > 0
+        gate.set()
+        async with asyncio.timeout(30):
+            store = await cold
+        assert store.get("s1") is not None
+    finally:
+        gate.set()
+        await reader.close()
+        for table in tables:
+            table.close()
+
+
 def _last_records(
     records: list[tuple[bytes, bytes | None, int]], session: str
 ) -> dict[bytes, bytes]:
