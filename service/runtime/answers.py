@@ -11,6 +11,7 @@ are the only places either is built.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable
@@ -115,15 +116,19 @@ class Answers:
                 seq=before.event_seq,
                 max_bytes=FALLBACK_RESULT_MAX_BYTES,
             )
-            outcome.records.insert(0, self._dead_letter(work.record, reason, "internal"))
             counted = outcome.counted
             assert counted is not None
+            # The error result alone, when the broker refuses the dead letter too (a dlq topic
+            # that takes less than the command's own record).
+            alone = dataclasses.replace(outcome, records=list(outcome.records))
+            outcome.records.insert(0, self._dead_letter(work.record, reason, "internal"))
 
             def counted_with_dead_letter() -> None:
                 counted()
                 self._metrics.dlq("internal")
 
             outcome.counted = counted_with_dead_letter
+            outcome.fallback = lambda _: alone
             return outcome
 
         return build

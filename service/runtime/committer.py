@@ -296,40 +296,38 @@ class Committer:
             )
 
     async def _commit_alone(self, outcome: Outcome) -> bool:
-        """Commit one outcome, or what replaces it; False when it was refused."""
+        """Commit one outcome, or the first of its replacements the broker takes (a replacement
+        may have a fallback of its own, smaller still); False when it was refused."""
         records, _, states = self._records_of([outcome])
         if not records:
             return True
-        try:
-            position = await self._transact(records, self._fence)
-        except UNWRITABLE_ERRORS as exc:
-            outcome.unwritten = exc
-        else:
-            self._made_durable([outcome], states, position)
-            return True
-        replacement = outcome.fallback(outcome.unwritten) if outcome.fallback else None
-        if replacement is not None:
-            records, _, states = self._records_of([replacement])
+        attempt: Outcome | None = outcome
+        while attempt is not None:
+            records, _, states = self._records_of([attempt])
             try:
                 position = await self._transact(records, self._fence)
-            except UNWRITABLE_ERRORS:
-                pass
-            else:
-                self._made_durable([replacement], states, position)
-                self._metrics.unwritable("fallback")
-                logger.error(
-                    "partition=<%d>, error=<%s> | output refused by the broker, "
-                    "answered with a small error result and dead-lettered instead",
-                    self._partition,
-                    outcome.unwritten,
-                )
-                return False
+            except UNWRITABLE_ERRORS as exc:
+                attempt.unwritten = exc
+                attempt = attempt.fallback(exc) if attempt.fallback else None
+                continue
+            self._made_durable([attempt], states, position)
+            if attempt is outcome:
+                return True
+            self._metrics.unwritable("fallback")
+            logger.error(
+                "partition=<%d>, records=<%d>, error=<%s> | output refused by the broker, "
+                "answered with a small error result instead (see its dead letter, if the "
+                "broker took that too)",
+                self._partition,
+                len(records),
+                outcome.unwritten,
+            )
+            return False
         self._metrics.unwritable("dropped")
         logger.error(
-            "partition=<%d>, records=<%d>, error=<%s> | output refused by the broker and "
-            "nothing could be written in its place: dropped",
+            "partition=<%d>, error=<%s> | output refused by the broker and nothing could be "
+            "written in its place: dropped",
             self._partition,
-            len(records),
             outcome.unwritten,
         )
         if outcome.state is not None:

@@ -6,12 +6,14 @@ and no transaction was left open on it (so no earlier owner's transaction is sti
 reading every committed record in between in log order; the store returned is complete for
 that partition. A table whose position the topic cannot have produced (past its end, before its
 start) is wiped and read from the start; a read that fails midway leaves the table at the last
-batch it applied, and the next restore goes on from there. One connected reader serves every
-restore of an instance, one partition at a time, so a takeover of many partitions does not pay
-for a new client per partition. :func:`catch_up` reads only through :class:`Changelog`, so these
-rules are unit-tested on an in-memory changelog (``tests/unit/runtime/test_restore_rules.py``);
-an owner reads the sessions topic only through :class:`Sessions` (:class:`SessionsReader` here,
-an in-memory one in ``tests/unit/runtime/test_owner_rules.py``).
+batch it applied, and the next restore goes on from there. An instance restores up to
+:data:`RESTORES_AT_ONCE` partitions at once, each on a connected reader kept for the next, so a
+takeover of many partitions does not pay for a new client per partition, and partitions with
+little to read serve beside one with much. :func:`catch_up` reads only through
+:class:`Changelog`, so these rules are unit-tested on an in-memory changelog
+(``tests/unit/runtime/test_restore_rules.py``); an owner reads the sessions topic only through
+:class:`Sessions` (:class:`SessionsReader` here, an in-memory one in
+``tests/unit/runtime/test_owner_rules.py``).
 """
 
 from __future__ import annotations

@@ -200,3 +200,64 @@ async def test_an_output_the_broker_refuses_is_answered_small_and_the_partition_
             }
             assert list(counted.values()) == [2, 1, 1, 1, 2, 1], counted
         assert proc.alive, proc.text()[-3000:]
+
+
+async def test_an_output_refused_with_its_dead_letter_is_still_answered(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The results topic refuses the result and the dead-letter topic the dead letter (both
+    take less than the command's record): the command is answered with the small error result
+    alone, and the session is left as it was before the command."""
+    cluster = Cluster(kafka_bootstrap, tmp_path, partitions=1)
+    await cluster.create_topics()
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:
+        await admin.alter_configs(
+            [
+                ConfigResource(
+                    ConfigResourceType.TOPIC, topic, configs={"max.message.bytes": limit}
+                )
+                for topic, limit in (
+                    (cluster.topics.results, "100000"),
+                    (cluster.topics.dlq, "50000"),
+                )
+            ]
+        )
+    finally:
+        await admin.close()
+    session = unique("s")
+    first = invoke(session, "before", agent="simple")
+    refused, _ = sized_invoke(session, 150_000)
+    later = invoke(session, "and after", agent="simple")
+    with services() as procs:
+        proc = cluster.start(CAIRN_AGENTS="tests.support.cancel_agents:registry")
+        procs.append(proc)
+        await proc.wait_ready()
+        async with Client(cluster) as client:
+            await client.send(first)
+            assert (await client.result(first["command_id"], 60, alive=proc))["stop_reason"] == (
+                "end_turn"
+            )
+            await client.send(refused)
+            error = await client.result(refused["command_id"], 60, alive=proc, on_timeout=proc.text)
+            assert error["stop_reason"] == "error"
+            assert error["error"]["code"] == "internal"
+            assert "refused by the broker" in error["error"]["message"]
+            await client.send(later)
+            after = await client.result(later["command_id"], 60, alive=proc)
+            assert after["stop_reason"] == "end_turn"
+            # The refused turn left nothing but its mark: the first turn and the last.
+            stored = await last_stored_session(cluster, session)
+            assert len(stored.state.messages) == 4
+            assert stored.delivery.answered(refused["command_id"])
+            await client.caught_up()
+            assert client.dead_letters == []
+            for command in (first, refused, later):
+                assert len(client.results_for(command["command_id"])) == 1
+            assert await metric_total(proc, "cairn_dlq_records") == 0
+            assert (
+                await metric_total(proc, "cairn_unwritable_outcomes", {"replacement": "fallback"})
+                == 1
+            )
+        assert proc.alive, proc.text()[-3000:]

@@ -594,6 +594,44 @@ async def test_a_stream_of_one_partition_commits_offsets_only_when_they_move(
     assert kafka.visible(RESULTS) == [b"p0@0", b"answer@0", b"answer@1"]
 
 
+async def test_a_replacement_refused_too_gives_way_to_its_own_smaller_fallback(
+    kafka: MemoryKafka, stream: TransactionStream
+) -> None:
+    """The refused output's replacement (a dead letter and an error result) is refused in turn
+    (the dead letter's topic takes less still): the error result alone goes out, so the
+    command is answered all the same."""
+    kafka.too_large.add(DLQ)
+    tracker = OffsetTracker(0)
+    part = committer(stream, tracker)
+    tracker.received(0)
+    counts: list[str] = []
+    error = OutRecord(RESULTS, b"s", b"error@0", partition=0)
+    alone = Outcome(records=[error], counted=lambda: counts.append("error alone"))
+    with_letter = Outcome(
+        records=[OutRecord(DLQ, b"s", b"letter@0", partition=0), error],
+        counted=lambda: counts.append("error and letter"),
+        fallback=lambda _: alone,
+    )
+    refused = Outcome(
+        records=[OutRecord(DLQ, b"s", b"answer@0", partition=0)],
+        finished=[Origin(COMMANDS, 0, 0)],
+        results=1,
+        fallback=lambda _: with_letter,
+        counted=lambda: counts.append("answer"),
+    )
+    part.submit(refused)
+    task = asyncio.create_task(part.run())
+    try:
+        await part.flush()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert kafka.visible(RESULTS) == [b"error@0"]
+    assert kafka.visible(DLQ) == []
+    assert counts == ["error alone"]
+    assert kafka.committed[TopicPartition(COMMANDS, 0)] == (1, "g-a")
+
+
 def test_every_call_of_the_transport_failed_in_a_test_above(request: pytest.FixtureRequest) -> None:
     """Each call of the transport's protocols had a failure injected by a test of this module
     (a call added to them without one fails here)."""
