@@ -60,6 +60,23 @@ def sized_invoke(session_id: str, size: int) -> tuple[dict[str, Any], bytes]:
     return body, value
 
 
+async def _limit_topics(bootstrap: str, limits: dict[str, int]) -> None:
+    """Set each topic's ``max.message.bytes``: a topic that takes less than Cairn's limit."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.alter_configs(
+            [
+                ConfigResource(
+                    ConfigResourceType.TOPIC, topic, configs={"max.message.bytes": str(limit)}
+                )
+                for topic, limit in limits.items()
+            ]
+        )
+    finally:
+        await admin.close()
+
+
 async def send_raw(bootstrap: str, topic: str, key: bytes, value: bytes) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_request_size=2 * 1024 * 1024)
     await producer.start()
@@ -134,22 +151,9 @@ async def test_an_output_the_broker_refuses_is_answered_small_and_the_partition_
 ) -> None:
     cluster = Cluster(kafka_bootstrap, tmp_path, partitions=1)
     await cluster.create_topics()
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-    await admin.start()
-    try:
-        # A results topic that takes less than Cairn's record limit: a 150 kB result passes
-        # every check of Cairn's and is refused by the broker.
-        await admin.alter_configs(
-            [
-                ConfigResource(
-                    ConfigResourceType.TOPIC,
-                    cluster.topics.results,
-                    configs={"max.message.bytes": "100000"},
-                )
-            ]
-        )
-    finally:
-        await admin.close()
+    # A results topic that takes less than Cairn's record limit: a 150 kB result passes every
+    # check of Cairn's and is refused by the broker.
+    await _limit_topics(kafka_bootstrap, {cluster.topics.results: 100_000})
     session, other = unique("s"), unique("s")
     refused, _ = sized_invoke(session, 150_000)
     beside = invoke(other, "same batch", agent="simple")
@@ -210,22 +214,9 @@ async def test_an_output_refused_with_its_dead_letter_is_still_answered(
     alone, and the session is left as it was before the command."""
     cluster = Cluster(kafka_bootstrap, tmp_path, partitions=1)
     await cluster.create_topics()
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-    await admin.start()
-    try:
-        await admin.alter_configs(
-            [
-                ConfigResource(
-                    ConfigResourceType.TOPIC, topic, configs={"max.message.bytes": limit}
-                )
-                for topic, limit in (
-                    (cluster.topics.results, "100000"),
-                    (cluster.topics.dlq, "50000"),
-                )
-            ]
-        )
-    finally:
-        await admin.close()
+    await _limit_topics(
+        kafka_bootstrap, {cluster.topics.results: 100_000, cluster.topics.dlq: 50_000}
+    )
     session = unique("s")
     first = invoke(session, "before", agent="simple")
     refused, _ = sized_invoke(session, 150_000)

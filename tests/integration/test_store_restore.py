@@ -171,6 +171,27 @@ async def test_reads_of_any_topic_leave_no_partition_fetched(
         await reader.close()
 
 
+def _hold_reads_of(
+    partition: int, monkeypatch: pytest.MonkeyPatch
+) -> tuple[asyncio.Event, asyncio.Event]:
+    """Reads of the changelog's ``partition`` start only once the first event (the gate) is set;
+    the second is set as one begins to wait."""
+    gate, reading = asyncio.Event(), asyncio.Event()
+    read = restore.KafkaChangelog.read
+
+    async def held(
+        self: restore.KafkaChangelog, tp: TopicPartition, start: int, end: int
+    ) -> AsyncIterator[list[restore.ChangelogRecord]]:
+        if tp.partition == partition:
+            reading.set()
+            await gate.wait()
+        async for fetched in read(self, tp, start, end):
+            yield fetched
+
+    monkeypatch.setattr(restore.KafkaChangelog, "read", held)
+    return gate, reading
+
+
 async def test_a_restore_does_not_wait_for_a_forks_read(
     kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -182,19 +203,7 @@ async def test_a_restore_does_not_wait_for_a_forks_read(
     records = _steps(sessions=2, steps=3)
     for partition in (source, other):
         await _produce(kafka_bootstrap, topics.sessions, records, partition)
-    gate, reading = asyncio.Event(), asyncio.Event()
-    read = restore.KafkaChangelog.read
-
-    async def held(
-        self: restore.KafkaChangelog, tp: TopicPartition, start: int, end: int
-    ) -> AsyncIterator[list[restore.ChangelogRecord]]:
-        if tp.partition == source:
-            reading.set()
-            await gate.wait()
-        async for fetched in read(self, tp, start, end):
-            yield fetched
-
-    monkeypatch.setattr(restore.KafkaChangelog, "read", held)
+    gate, reading = _hold_reads_of(source, monkeypatch)
     reader = SessionsReader(kafka, topics.sessions)
     try:
         fork = asyncio.create_task(reader.session_records("s1"))
@@ -225,19 +234,7 @@ async def test_a_cold_restore_holds_up_neither_the_other_restores_nor_the_starts
     records = _steps(sessions=2, steps=3)
     for partition in range(3):
         await _produce(kafka_bootstrap, topics.sessions, records, partition)
-    gate, reading = asyncio.Event(), asyncio.Event()
-    read = restore.KafkaChangelog.read
-
-    async def held(
-        self: restore.KafkaChangelog, tp: TopicPartition, start: int, end: int
-    ) -> AsyncIterator[list[restore.ChangelogRecord]]:
-        if tp.partition == 0:
-            reading.set()
-            await gate.wait()
-        async for fetched in read(self, tp, start, end):
-            yield fetched
-
-    monkeypatch.setattr(restore.KafkaChangelog, "read", held)
+    gate, reading = _hold_reads_of(0, monkeypatch)
     reader = SessionsReader(kafka, topics.sessions)
     tables = [SqliteTable(tmp_path / f"store-{p}", max_age_s=3600) for p in range(3)]
     cache = SessionCache(1 << 20)
