@@ -11,7 +11,6 @@ are the only places either is built.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 from collections.abc import Callable
@@ -120,7 +119,7 @@ class Answers:
             assert counted is not None
             # The error result alone, when the broker refuses the dead letter too (a dlq topic
             # that takes less than the command's own record).
-            alone = dataclasses.replace(outcome, records=list(outcome.records))
+            alone = replace(outcome, records=list(outcome.records))
             outcome.records.insert(0, self._dead_letter(work.record, reason, "internal"))
 
             def counted_with_dead_letter() -> None:

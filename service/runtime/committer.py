@@ -316,8 +316,8 @@ class Committer:
             self._metrics.unwritable("fallback")
             logger.error(
                 "partition=<%d>, records=<%d>, error=<%s> | output refused by the broker, "
-                "answered with a small error result instead (see its dead letter, if the "
-                "broker took that too)",
+                "answered with a small error result instead (with a dead letter of the "
+                "command, unless the broker refused that too)",
                 self._partition,
                 len(records),
                 outcome.unwritten,

@@ -171,8 +171,7 @@ async def expire_idle(
             "session_expired",
             {"idle_s": max(idle_s, 0.0), "records": len(write.records)},
         )
-        submit(Outcome(records=[event], state=write))
-        metrics.session_expired()
+        submit(Outcome(records=[event], state=write, counted=metrics.session_expired))
         logger.info(
             "session_id=<%s>, idle_s=<%.0f>, records=<%d> | idle session expired",
             session_id,

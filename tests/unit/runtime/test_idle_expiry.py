@@ -98,10 +98,16 @@ async def test_a_stray_copy_and_a_state_of_ids_only_are_deleted_without_an_event
     store = restored(written)  # all last written at time 0: long idle
     submitted: list[Outcome] = []
     metrics = Metrics()
+
+    def committed_at_once(outcome: Outcome) -> None:
+        submitted.append(outcome)
+        if outcome.counted is not None:
+            outcome.counted()
+
     await expire_idle(
         0.001,
         writer_for(store),
-        submitted.append,
+        committed_at_once,
         _all_committed,
         _Idle(),  # type: ignore[arg-type]
         lambda: len(submitted) >= 3,
