@@ -9,7 +9,9 @@ start) is wiped and read from the start; a read that fails midway leaves the tab
 batch it applied, and the next restore goes on from there. An instance restores up to
 :data:`RESTORES_AT_ONCE` partitions at once, each on a connected reader kept for the next, so a
 takeover of many partitions does not pay for a new client per partition, and partitions with
-little to read serve beside one with much. :func:`catch_up` reads only through
+little to read serve beside one with much; those with much (over :data:`LONG_RESTORE_OFFSETS`)
+are read one at a time, so the first of them serves after its own read instead of after all of
+theirs. :func:`catch_up` reads only through
 :class:`Changelog`, so these rules are unit-tested on an in-memory changelog
 (``tests/unit/runtime/test_restore_rules.py``); an owner reads the sessions topic only through
 :class:`Sessions` (:class:`SessionsReader` here, an in-memory one in
@@ -19,6 +21,7 @@ little to read serve beside one with much. :func:`catch_up` reads only through
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -48,6 +51,11 @@ RESTORES_AT_ONCE = 4
 """Partitions an instance restores at the same time, each on a reader of its own: a takeover's
 partitions with a warm local store serve at once, beside one whose cold restore reads for
 seconds (the readers share the event loop, so more at once restores no faster in all)."""
+LONG_RESTORE_OFFSETS = 10_000
+"""A restore with more offsets than this to read waits until no other such restore reads. The
+reads share one core: three cold partitions of 100,000 records read together each took 1.3 to
+2.4 s, one after the other 0.65 to 0.95 s each (measured, ``make bench``'s takeover), so the
+first of them served after a third of the time and none later."""
 _POLL_MS = 20
 
 
@@ -123,8 +131,9 @@ class SessionsReader:
 
     The repair's reads and the lookups of the owners' starts share two readers, one at a time.
     Restores have readers of their own, up to :data:`RESTORES_AT_ONCE` at once, so a cold one
-    holds up neither the others nor the starts. A fork's read of its source has a reader of its
-    own too: it reads a whole partition, and restores do not wait for it."""
+    holds up neither the others nor the starts (cold ones read one after the other). A fork's
+    read of its source has a reader of its own too: it reads a whole partition, and restores do
+    not wait for it."""
 
     def __init__(self, kafka: KafkaSettings, topic: str, metrics: Metrics | None = None) -> None:
         self._kafka = kafka
@@ -136,6 +145,7 @@ class SessionsReader:
         self._restorers: list[AIOKafkaConsumer] = []
         """Restore readers not in use, each paused at the end of its last read."""
         self._restoring = asyncio.Semaphore(RESTORES_AT_ONCE)
+        self._long_restore = asyncio.Lock()
         self._closed = False
         self._forks: AIOKafkaConsumer | None = None
         self._forks_lock = asyncio.Lock()
@@ -147,6 +157,18 @@ class SessionsReader:
 
     async def restore(self, partition: int, table: Table, *, cache: SessionCache) -> SessionStore:
         """The partition's store over ``table``, brought up to the changelog's end."""
+        tp = TopicPartition(self._topic, partition)
+        async with self._restorer() as changelog:
+            if _to_read(await changelog.bounds(tp), table.position) <= LONG_RESTORE_OFFSETS:
+                return await self._catch_up(changelog, partition, table, cache)
+        # Its reader goes back meanwhile: restores with little to read do not wait for this one.
+        async with self._long_restore, self._restorer() as changelog:
+            return await self._catch_up(changelog, partition, table, cache)
+
+    @contextlib.asynccontextmanager
+    async def _restorer(self) -> AsyncIterator[KafkaChangelog]:
+        """A restore reader of the pool (or a new one), while fewer than
+        :data:`RESTORES_AT_ONCE` are in use; it goes back to the pool after a read that ended."""
         async with self._restoring:
             if self._closed:
                 raise RuntimeError("the sessions reader is closed")
@@ -156,7 +178,7 @@ class SessionsReader:
                 else await started(self._committed_reader())
             )
             try:
-                records = await catch_up(KafkaChangelog(consumer), self._topic, partition, table)
+                yield KafkaChangelog(consumer)
             except BaseException:
                 # A reader in an unknown state is not reused: the next restore starts afresh.
                 await consumer.stop()
@@ -165,8 +187,12 @@ class SessionsReader:
                 await consumer.stop()
             else:
                 self._restorers.append(consumer)
-            self._metrics.restored(records)
-            return SessionStore(table, cache=cache)
+
+    async def _catch_up(
+        self, changelog: KafkaChangelog, partition: int, table: Table, cache: SessionCache
+    ) -> SessionStore:
+        self._metrics.restored(await catch_up(changelog, self._topic, partition, table))
+        return SessionStore(table, cache=cache)
 
     async def _committed(self) -> AIOKafkaConsumer:
         """The ``read_committed`` reader, started on first use (called under the lock)."""
@@ -442,6 +468,12 @@ class KafkaChangelog:
                     yield fetched
         finally:
             idle(consumer)
+
+
+def _to_read(bounds: tuple[int, int], position: int) -> int:
+    """The offsets a restore from ``position`` reads in a partition of ``bounds``."""
+    start, end = bounds
+    return end - (position if start <= position <= end else start)
 
 
 async def catch_up(changelog: Changelog, topic: str, partition: int, table: Table) -> int:

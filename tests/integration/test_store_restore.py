@@ -260,6 +260,56 @@ async def test_a_cold_restore_holds_up_neither_the_other_restores_nor_the_starts
             table.close()
 
 
+async def test_long_restores_read_one_at_a_time_beside_short_ones(
+    kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two cold partitions with much to read and one with little: the second long read starts
+    only once the first has ended (so the first serves after its own read, not after both),
+    while the short one serves at once, beside the first."""
+    topics, kafka = await _topics(kafka_bootstrap, partitions=3)
+    records = _steps(sessions=2, steps=3)
+    for partition in (0, 1):
+        await _produce(kafka_bootstrap, topics.sessions, records, partition)
+    await _produce(kafka_bootstrap, topics.sessions, records[:2], 2)
+    monkeypatch.setattr(restore, "LONG_RESTORE_OFFSETS", 2)
+    gate, reading = _hold_reads_of(0, monkeypatch)
+    reads: list[tuple[int, str]] = []
+    held = restore.KafkaChangelog.read
+
+    async def logged(
+        self: restore.KafkaChangelog, tp: TopicPartition, start: int, end: int
+    ) -> AsyncIterator[list[restore.ChangelogRecord]]:
+        reads.append((tp.partition, "start"))
+        async for fetched in held(self, tp, start, end):
+            yield fetched
+        reads.append((tp.partition, "end"))
+
+    monkeypatch.setattr(restore.KafkaChangelog, "read", logged)
+    reader = SessionsReader(kafka, topics.sessions)
+    tables = [SqliteTable(tmp_path / f"store-{p}", max_age_s=3600) for p in range(3)]
+    cache = SessionCache(1 << 20)
+    try:
+        first = asyncio.create_task(reader.restore(0, tables[0], cache=cache))
+        async with asyncio.timeout(30):
+            await reading.wait()
+        second = asyncio.create_task(reader.restore(1, tables[1], cache=cache))
+        async with asyncio.timeout(10):
+            await reader.restore(2, tables[2], cache=cache)
+        assert tables[2].position == 2
+        assert not first.done() and not second.done()
+        assert (1, "start") not in reads, "the second long restore waits for the first"
+        gate.set()
+        async with asyncio.timeout(30):
+            stores = await asyncio.gather(first, second)
+        assert all(store.get("s1") is not None for store in stores)
+        assert reads.index((0, "end")) < reads.index((1, "start"))
+    finally:
+        gate.set()
+        await reader.close()
+        for table in tables:
+            table.close()
+
+
 def _last_records(
     records: list[tuple[bytes, bytes | None, int]], session: str
 ) -> dict[bytes, bytes]:
