@@ -18,14 +18,14 @@ import signal
 import tempfile
 from collections.abc import Mapping
 
-from aiokafka.errors import KafkaError
+from aiokafka.errors import InvalidSessionTimeoutError, KafkaError
 
 from service.agent.definition import AgentDefinition
 from service.agent_config import load_agents
 from service.observability.logs import configure_logging
 from service.observability.operability import Operability
 from service.observability.trace_export import TracingSetupError, configure_tracing
-from service.runtime.runtime import Runtime
+from service.runtime.runtime import Runtime, SettingRefused
 from service.runtime.startup import BootstrapNoise, describe_unreachable
 from service.runtime.topics import create_topics
 from service.settings import Settings, process_environment, unknown_settings
@@ -79,12 +79,26 @@ async def serve(settings: Settings) -> None:
                 ) from None
             # Agents loaded and the endpoint up; the broker and the topics are looked for next.
             logger.info("agents=<%s> | started", sorted(agents))
-            await runtime.run(stop)
+            try:
+                await runtime.run(stop)
+            except* InvalidSessionTimeoutError:
+                raise StartError(session_timeout_refused(settings)) from None
+            except* SettingRefused as refused:
+                raise StartError(str(refused.exceptions[0])) from None
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         await close_models(agents)
     logger.info("stopped")
+
+
+def session_timeout_refused(settings: Settings) -> str:
+    """The broker refused to join the group with this session timeout: outside its bounds."""
+    return (
+        f"the broker refuses CAIRN_GROUP__SESSION_TIMEOUT_MS ({settings.group.session_timeout_ms}"
+        " ms): it takes only what lies within its group.min.session.timeout.ms and "
+        "group.max.session.timeout.ms (6000 and 1800000 ms unless set otherwise)"
+    )
 
 
 async def close_models(agents: Mapping[str, AgentDefinition]) -> None:

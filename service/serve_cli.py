@@ -118,7 +118,10 @@ def register_runtime_commands(commands: Subparsers) -> None:
         "create", help="create the six topics (sessions compacted, co-partitioned counts)"
     )
     create.add_argument(
-        "--partitions", type=int, default=None, help="partitions of the co-partitioned topics"
+        "--partitions",
+        type=partitions_argument,
+        default=None,
+        help="partitions of the co-partitioned topics",
     )
     create.add_argument(
         "--bootstrap-servers",
@@ -127,6 +130,18 @@ def register_runtime_commands(commands: Subparsers) -> None:
     )
     create.set_defaults(handler=_topics_create)
     topics.set_defaults(handler=lambda _: _usage(topics))
+
+
+def partitions_argument(text: str) -> int:
+    """``--partitions``: a partition count Kafka takes (from 1 to 2**31-1), checked here since
+    the option replaces ``topics.partitions`` unvalidated."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= value < 2**31:
+        raise argparse.ArgumentTypeError(f"{text} is not from 1 to 2**31-1")
+    return value
 
 
 def bootstrap_servers_argument(text: str) -> str:

@@ -10,6 +10,7 @@ import logging
 import os
 import re
 import socket
+import ssl
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
@@ -80,7 +81,8 @@ class KafkaSettings(BaseModel):
     bootstrap_servers: str = "localhost:9092"
     """Comma-separated ``HOST:PORT`` (see :func:`bootstrap_problem`), checked at start-up."""
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = None
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    """Required with a SASL protocol, and so are the user name and password."""
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
     ssl_cafile: str | None = None
@@ -96,6 +98,59 @@ class KafkaSettings(BaseModel):
         if problem is not None:
             raise ValueError(problem)
         return value
+
+    @model_validator(mode="after")
+    def _security(self) -> KafkaSettings:
+        """What aiokafka refuses only as its first client is made (a traceback), and TLS files
+        it cannot load (each connection then fails, taken for an unreachable broker)."""
+        protocol = self.security_protocol
+        if protocol.startswith("SASL_"):
+            missing = [
+                f"CAIRN_KAFKA__{name.upper()}"
+                for name in ("sasl_mechanism", "sasl_username", "sasl_password")
+                if getattr(self, name) is None
+            ]
+            if missing:
+                raise ValueError(
+                    f"{', '.join(missing)} must be set with CAIRN_KAFKA__SECURITY_PROTOCOL="
+                    f"{protocol}"
+                )
+        if protocol in ("SSL", "SASL_SSL"):
+            problem = tls_files_problem(self.ssl_cafile, self.ssl_certfile, self.ssl_keyfile)
+            if problem is not None:
+                raise ValueError(problem)
+        return self
+
+
+def tls_files_problem(cafile: str | None, certfile: str | None, keyfile: str | None) -> str | None:
+    """Why the TLS files set cannot make a client's context (naming the variable), or None."""
+    if keyfile is not None and certfile is None:
+        return "CAIRN_KAFKA__SSL_KEYFILE is set without CAIRN_KAFKA__SSL_CERTFILE"
+    files = {"SSL_CAFILE": cafile, "SSL_CERTFILE": certfile, "SSL_KEYFILE": keyfile}
+    for name, path in files.items():
+        if path is not None and not os.path.isfile(path):
+            return f"CAIRN_KAFKA__{name}: no file at {path}"
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    if cafile is not None:
+        try:
+            context.load_verify_locations(cafile=cafile)
+        except (OSError, ssl.SSLError) as exc:
+            return f"CAIRN_KAFKA__SSL_CAFILE: {cafile} does not load ({_reason(exc)})"
+    if certfile is not None:
+        try:
+            context.load_cert_chain(certfile, keyfile)
+        except (OSError, ssl.SSLError) as exc:
+            return (
+                "CAIRN_KAFKA__SSL_CERTFILE and CAIRN_KAFKA__SSL_KEYFILE: the certificate and its "
+                f"key do not load ({_reason(exc)})"
+            )
+    return None
+
+
+def _reason(exc: OSError) -> str:
+    if isinstance(exc, ssl.SSLError):
+        return str(exc)
+    return exc.strerror or str(exc)
 
 
 TOPIC_ROLES = ("commands", "control", "results", "events", "sessions", "dlq")

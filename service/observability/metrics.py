@@ -16,7 +16,10 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
+    GCCollector,
     Histogram,
+    PlatformCollector,
+    ProcessCollector,
     generate_latest,
 )
 
@@ -52,9 +55,15 @@ def _bounded(value: str, allowed: frozenset[str]) -> str:
 class Metrics:
     """The service's metrics; pass one instance down from the composition root."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, *, process: bool = False) -> None:
+        """``process``: the registry also holds the Python process's metrics (``process_*``,
+        ``python_*``), as the served one does."""
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
+        if process:
+            ProcessCollector(registry=r)
+            PlatformCollector(registry=r)
+            GCCollector(registry=r)
         self._commands = Counter(
             "cairn_commands",
             "Commands handled, by type and outcome.",

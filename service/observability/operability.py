@@ -23,7 +23,7 @@ class Operability:
         host: str = "0.0.0.0",
         liveness_stale_after_s: float = 300.0,
     ) -> None:
-        self.metrics = Metrics()
+        self.metrics = Metrics(process=True)
         self.readiness = RestoreTracker(self.metrics)
         self.heartbeat = LoopHeartbeat(liveness_stale_after_s)
         self._host = host

@@ -52,18 +52,24 @@ class RestoreTracker:
         self._joined = True
         self._rebalancing = False
         now = time.monotonic()
-        for partition in partitions:
+        given = list(partitions)
+        for partition in given:
             self._assigned.add(partition)
             self._restoring.setdefault(partition, now)
-        if self._metrics is not None:
-            self._metrics.rebalance("assigned", len(self._assigned))
+        self._changed("assigned", given)
 
     def revoked(self, partitions: Iterable[Hashable], *, lost: bool = False) -> None:
-        for partition in partitions:
+        taken = list(partitions)
+        for partition in taken:
             self._assigned.discard(partition)
             self._restoring.pop(partition, None)
-        if self._metrics is not None:
-            self._metrics.rebalance("lost" if lost else "revoked", len(self._assigned))
+        self._changed("lost" if lost else "revoked", taken)
+
+    def _changed(self, kind: str, partitions: list[Hashable]) -> None:
+        """Counts a change of the instance's partitions; an empty one (the revoke of nothing
+        that precedes every first assignment) changes nothing and is not counted."""
+        if self._metrics is not None and partitions:
+            self._metrics.rebalance(kind, len(self._assigned))
 
     def rebalancing(self) -> None:
         """A rebalance began: the instance holds nothing until its new partitions are given."""

@@ -6,6 +6,7 @@ that the runtime's consumers read only committed data.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Any, TypeVar
 
@@ -53,6 +54,28 @@ async def started(client: Client) -> Client:
             await client.stop()
         raise
     return client
+
+
+async def stop_consumer(consumer: AIOKafkaConsumer) -> None:
+    """``consumer.stop()``, carried to its end when aiokafka lets a fetch's cancellation out.
+
+    aiokafka 0.14.0: a fetch that failed (the broker unreachable) waits out its retry backoff
+    inside its error handler, where the cancellation ``stop()`` sends it is not caught; the
+    fetcher's close then raises that ``CancelledError`` at whoever stopped the consumer, with the
+    rest of the fetcher's tasks and the client's connections left behind. So a drain or a
+    SIGTERM while the broker was away ended the process with status 1 and a traceback."""
+    try:
+        await consumer.stop()
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # the caller itself is cancelled
+        fetcher = consumer._fetcher
+        for pending in list(fetcher._pending_tasks) if fetcher is not None else ():
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await pending
+        await consumer._client.close()
 
 
 _NEXT_TXN_BACKOFF_S = 0.005

@@ -33,6 +33,10 @@ class Drain:
         self._asked.set()
         await self._done.wait()
 
+    def ask(self) -> None:
+        """Ask for the drain without waiting for it (the runtime ending its own work)."""
+        self._asked.set()
+
     async def wait_asked(self) -> None:
         await self._asked.wait()
 

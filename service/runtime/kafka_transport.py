@@ -37,6 +37,7 @@ from service.runtime.transport import (
     Delivery,
     GroupFencedError,
     GroupOffsets,
+    TransactionTimeoutRefused,
     TxnProducer,
 )
 from service.runtime.txn_offset_commit import GroupTxnOffsetCommit, Membership, partition_errors
@@ -54,6 +55,7 @@ FENCED_BY_GROUP = {22: "ILLEGAL_GENERATION", 25: "UNKNOWN_MEMBER_ID", 82: "FENCE
 REBALANCE_IN_PROGRESS = 27
 RETRIABLE = frozenset({7, 14, 15, 16})
 """REQUEST_TIMED_OUT, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR."""
+INVALID_TRANSACTION_TIMEOUT = 50
 MOVED = frozenset({15, 16})
 """The coordinator is elsewhere now: look it up again."""
 _RETRY_S = 0.005
@@ -241,6 +243,8 @@ def raise_unless_retriable(error: int, request: str) -> None:
     """Raise what a coordinator's error code means, unless asking again may succeed."""
     if error in (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED):
         raise ProducerFenced()
+    if error == INVALID_TRANSACTION_TIMEOUT:
+        raise TransactionTimeoutRefused(f"{request} failed: the transaction timeout is refused")
     if error not in RETRIABLE and error != CONCURRENT_TRANSACTIONS:
         raise CommitFailedError(f"{request} failed: {for_code(error).__name__} ({error})")
 

@@ -32,7 +32,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import IncompatibleBrokerVersion
 
 from service.observability.metrics import Metrics
-from service.runtime.clients import reader, started
+from service.runtime.clients import reader, started, stop_consumer
 from service.runtime.partitioning import keyed_partition
 from service.runtime.topic_ids import TopicIds, topic_ids
 from service.runtime.topics import partition_counts
@@ -181,10 +181,10 @@ class SessionsReader:
                 yield KafkaChangelog(consumer)
             except BaseException:
                 # A reader in an unknown state is not reused: the next restore starts afresh.
-                await consumer.stop()
+                await stop_consumer(consumer)
                 raise
             if self._closed:
-                await consumer.stop()
+                await stop_consumer(consumer)
             else:
                 self._restorers.append(consumer)
 
@@ -290,7 +290,7 @@ class SessionsReader:
                         mine[key] = record.value
         except Exception:
             self._forks = None
-            await consumer.stop()
+            await stop_consumer(consumer)
             raise
         return {sessions[key]: records for key, records in found.items()}
 
@@ -402,7 +402,7 @@ class SessionsReader:
         self._closed = True
         restorers, self._restorers = self._restorers, []
         for consumer in restorers:
-            await consumer.stop()
+            await stop_consumer(consumer)
         reads = list(self._fork_tasks)
         for read in reads:
             read.cancel()
@@ -412,14 +412,14 @@ class SessionsReader:
         async with self._forks_lock:
             forks, self._forks = self._forks, None
             if forks is not None:
-                await forks.stop()
+                await stop_consumer(forks)
 
     async def _close_all(self) -> None:
         consumers = (self._consumer, self._uncommitted)
         self._consumer = self._uncommitted = None
         for consumer in consumers:
             if consumer is not None:
-                await consumer.stop()
+                await stop_consumer(consumer)
 
 
 def partition_of(session_id: str, partitions: int) -> int:

@@ -26,10 +26,11 @@ from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.errors import InvalidTransactionTimeout
 
 from service.agent.definition import AgentDefinition
 from service.observability.operability import Operability
-from service.runtime.clients import connection_options, started
+from service.runtime.clients import connection_options, started, stop_consumer
 from service.runtime.commit_stats import CommitStats
 from service.runtime.consumer_loop import ConsumerLoop
 from service.runtime.drain import Drain, StopOrDrain
@@ -50,13 +51,23 @@ from service.runtime.transactional_ids import (
     partition_transactional_id,
     transactional_id_prefix,
 )
-from service.runtime.transport import GroupMember, discard
+from service.runtime.transport import GroupMember, TransactionTimeoutRefused, discard
 from service.runtime.txn_stream import TransactionStream
 from service.runtime.txn_v2 import KafkaTxnV2Producer
 from service.sessions.cache import SessionCache
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+
+TIMEOUT_REFUSED = (TransactionTimeoutRefused, InvalidTransactionTimeout)
+"""What a producer's start raises when the broker refuses its transaction timeout (the
+service's own InitProducerId, aiokafka's with ``transactions_version=1``)."""
+
+
+class SettingRefused(RuntimeError):
+    """The broker refuses a setting the instance cannot run without: no retry can help, so the
+    instance leaves its group and the start ends in one line naming the setting."""
 
 
 class OwnerFactory(Protocol):
@@ -91,6 +102,7 @@ class Runtime:
         self._assigned: set[int] = set()
         self._joined = False
         self._stopping = False
+        self._refused: str | None = None
         self._halted = asyncio.Event()
         """Set with ``_stopping``: cuts short the waits before owners are re-created."""
         self._drain = Drain()
@@ -124,6 +136,8 @@ class Runtime:
             await self._serve(StopOrDrain(stop, self._drain))
         finally:
             self._drain.done()
+        if self._refused is not None:
+            raise SettingRefused(self._refused)
         if self._drain.asked and not stop.is_set():
             # Not stalled: the fetch loop ended on purpose, and a restart would join again.
             self._ops.heartbeat.rest()
@@ -254,7 +268,10 @@ class Runtime:
         try:
             await transport.offsets.start()
             if shared is not None:
-                await shared.start()
+                try:
+                    await shared.start()
+                except TIMEOUT_REFUSED:
+                    raise SettingRefused(self._timeout_refused()) from None
             consumer.subscribe(
                 topics=[settings.topics.commands, settings.topics.control],
                 listener=RebalanceListener(on_revoked=self._revoke, on_assigned=self._assign),
@@ -286,7 +303,7 @@ class Runtime:
                 await shared.close()
             await transport.offsets.close()
             await sessions.close()
-            await consumer.stop()
+            await stop_consumer(consumer)
             # Out of the group: nothing is held (after a drain the process lives on, probed).
             self._ops.readiness.membership(None)
             self._ops.readiness.left()
@@ -302,6 +319,22 @@ class Runtime:
         logger.info("owners=<%d> | drain requested: leaving the group", len(self._owners))
         self._begin_stopping()
         await self._drain.request()
+
+    def _timeout_refused(self) -> str:
+        timeout_ms = self._settings.runtime.transaction_timeout_ms
+        return (
+            f"the broker refuses CAIRN_RUNTIME__TRANSACTION_TIMEOUT_MS ({timeout_ms} ms): it is "
+            "above the broker's transaction.max.timeout.ms (900000 ms unless set otherwise), so "
+            "no transaction can start"
+        )
+
+    def _refuse(self, why: str) -> None:
+        """End the instance's work as a drain does; :meth:`run` then raises ``why``."""
+        if self._refused is None:
+            logger.error("reason=<%s> | a setting the broker refuses: stopping", why)
+            self._refused = why
+        self._begin_stopping()
+        self._drain.ask()
 
     def _begin_stopping(self) -> None:
         """No owner starts from now on, and the instance reports not ready."""
@@ -355,7 +388,9 @@ class Runtime:
             backoff = self._backoffs[partition] = self._restart_backoff()
         if owner.transactions:
             backoff.succeeded()
-        if exit_ is OwnerExit.FAILED and not self._stopping:
+        if exit_ is OwnerExit.FAILED and isinstance(owner.error, TIMEOUT_REFUSED):
+            self._refuse(self._timeout_refused())
+        elif exit_ is OwnerExit.FAILED and not self._stopping:
             delay = backoff.failed()
             logger.warning(
                 "partition=<%d>, error=<%r>, failures=<%d>, retry_in_s=<%.1f> | partition owner "

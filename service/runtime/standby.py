@@ -17,7 +17,7 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from service.runtime.clients import reader, started
+from service.runtime.clients import reader, started, stop_consumer
 from service.sessions.store import event_seq_of
 from service.sessions.table import SqliteTable, StoreBrokenError, StoreLockedError
 from service.settings import KafkaSettings
@@ -100,7 +100,7 @@ class Standby:
             self._tables.clear()
             async with self._synced:
                 self._synced.notify_all()
-            await consumer.stop()
+            await stop_consumer(consumer)
 
     async def _sync(self, consumer: AIOKafkaConsumer) -> None:
         """Close the tables of partitions no longer followed, open the new ones, and read each

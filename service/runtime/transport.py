@@ -47,6 +47,11 @@ class CommitFailedError(RuntimeError):
     committed."""
 
 
+class TransactionTimeoutRefused(CommitFailedError):
+    """The broker refuses the producer's transaction timeout (above its
+    ``transaction.max.timeout.ms``): no transaction can ever start, whatever the retries."""
+
+
 class GroupFencedError(RuntimeError):
     """The consumer group refused a transaction's offsets: this instance's membership is not the
     group's current one (it lost its partitions, or a rebalance is under way)."""

@@ -90,3 +90,31 @@ async def test_not_ready_while_the_broker_is_away_past_the_session_timeout(
         await _answers(cluster, proc)
         assert await proc.terminate() == 0
     assert "Unclosed AIOKafka" not in proc.text()
+
+
+async def test_a_drain_and_a_stop_while_the_broker_is_away_end_as_documented(
+    broker: OwnBroker, tmp_path: Path
+) -> None:
+    """The broker killed under a serving instance: its fetches fail and wait out their retry
+    backoff. A drain then leaves the process alive (not ready, `/livez` 200) until SIGTERM ends
+    it with status 0, as with the broker up; aiokafka's consumer let a fetch's cancellation out
+    of its stop, which ended the process at the drain with status 1 and a traceback."""
+    cluster = Cluster(broker.bootstrap, tmp_path)
+    await cluster.create_topics()
+    with services() as procs:
+        proc = cluster.start("only")
+        procs.append(proc)
+        await proc.wait_ready()
+        port = await health_port(proc)
+        await _readyz_until(port, proc, 200, 30)
+
+        broker.kill()
+        await proc.wait_log("Failed fetch messages", timeout=30, count=3)
+        assert (await probe(port, "/drain"))[0] == 200
+        await proc.wait_log("left the group", timeout=30)
+        body = await _readyz_until(port, proc, 503, 10)
+        assert body["stopping"] is True
+        assert (await probe(port, "/livez"))[0] == 200
+        assert proc.alive
+        assert await proc.terminate() == 0
+    assert "Traceback" not in proc.text()

@@ -60,6 +60,23 @@ async def test_readyz_follows_restore_of_every_assigned_partition() -> None:
     assert samples[("cairn_assigned_partitions", ())] == 2
 
 
+async def test_only_changes_of_the_partitions_are_counted_as_rebalances() -> None:
+    """A start revokes nothing before its first assignment; a member beyond the partition count
+    is given nothing: neither changes what the instance holds."""
+    metrics = Metrics()
+    tracker = RestoreTracker(metrics)
+    tracker.revoked([])
+    tracker.assigned([])
+    tracker.revoked([], lost=True)
+    samples = _samples(metrics.render().decode())
+    assert not any(name == "cairn_rebalances_total" for name, _ in samples)
+    tracker.assigned([0])
+    tracker.revoked([0], lost=True)
+    samples = _samples(metrics.render().decode())
+    assert samples[("cairn_rebalances_total", (("kind", "assigned"),))] == 1
+    assert samples[("cairn_rebalances_total", (("kind", "lost"),))] == 1
+
+
 async def test_empty_assignment_after_join_is_ready() -> None:
     tracker = RestoreTracker()
     assert not tracker()
@@ -267,9 +284,13 @@ async def test_operability_bundle_serves_what_the_runtime_reports() -> None:
         assert (await _get(port, "/livez"))[0] == 200
         ops.metrics.command("invoke", "ok")
         _, _, text = await _get(port, "/metrics")
-        assert (
-            _samples(text)[("cairn_commands_total", (("outcome", "ok"), ("type", "invoke")))] == 1
-        )
+        samples = _samples(text)
+        assert samples[("cairn_commands_total", (("outcome", "ok"), ("type", "invoke")))] == 1
+        # The process's own, as docs/runtime.md ("Metrics") lists them.
+        assert samples[("process_resident_memory_bytes", ())] > 0
+        assert samples[("process_cpu_seconds_total", ())] > 0
+        assert any(name == "python_info" for name, _ in samples)
+        assert any(name == "python_gc_collections_total" for name, _ in samples)
         assert (await _get(port, "/drain"))[0] == 200
         assert drained.is_set()
     assert ops.port is None

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from service.app import warn_unknown_settings
+from service.serve_cli import describe_invalid_settings
 from service.settings import (
     KafkaSettings,
     Settings,
@@ -15,12 +17,14 @@ from service.settings import (
     setting_names,
     unknown_settings,
 )
+from tests.support.secure_kafka import make_certificates
 
 
 def test_nested_environment_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CAIRN_KAFKA__BOOTSTRAP_SERVERS", "broker:9093")
     monkeypatch.setenv("CAIRN_KAFKA__SECURITY_PROTOCOL", "SASL_SSL")
     monkeypatch.setenv("CAIRN_KAFKA__SASL_MECHANISM", "SCRAM-SHA-512")
+    monkeypatch.setenv("CAIRN_KAFKA__SASL_USERNAME", "cairn")
     monkeypatch.setenv("CAIRN_KAFKA__SASL_PASSWORD", "s3cret")
     monkeypatch.setenv("CAIRN_TOPICS__PARTITIONS", "24")
     monkeypatch.setenv("CAIRN_GROUP__INSTANCE_ID", "cairn-0")
@@ -159,6 +163,74 @@ def test_a_bootstrap_list_aiokafka_would_choke_on_is_refused(servers: str, says:
     with pytest.raises(ValidationError, match="bootstrap_servers") as refused:
         KafkaSettings(bootstrap_servers=servers)
     assert says in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({}, "CAIRN_KAFKA__SASL_MECHANISM, CAIRN_KAFKA__SASL_USERNAME, CAIRN_KAFKA__SASL_PASSWORD"),
+        ({"sasl_mechanism": "PLAIN", "sasl_username": "u"}, "CAIRN_KAFKA__SASL_PASSWORD must"),
+        ({"sasl_mechanism": "SCRAM-SHA-512", "sasl_password": "hunter2"}, "SASL_USERNAME must"),
+        ({"sasl_mechanism": "OAUTHBEARER", "sasl_username": "u", "sasl_password": "p"}, "'PLAIN'"),
+    ],
+)
+@pytest.mark.parametrize("protocol", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_sasl_without_what_it_needs_is_refused(
+    protocol: str, fields: dict[str, str], says: str
+) -> None:
+    """aiokafka refused these only as the first client was made, in a traceback (PLAIN without
+    a password, OAUTHBEARER without a token provider, which no setting gives), or at the
+    broker's handshake (SCRAM without a user)."""
+    with pytest.raises(ValidationError) as refused:
+        KafkaSettings(security_protocol=protocol, **fields)  # type: ignore[arg-type]
+    told = describe_invalid_settings(refused.value)
+    assert says in told
+    assert "hunter2" not in told
+
+
+def test_sasl_with_its_mechanism_user_and_password_is_taken() -> None:
+    kafka = KafkaSettings(
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-256",
+        sasl_username="u",
+        sasl_password="p",  # type: ignore[arg-type]
+    )
+    assert kafka.sasl_username == "u"
+
+
+def test_tls_files_that_cannot_load_are_refused_naming_the_variable(tmp_path: Path) -> None:
+    """Taken, a missing or unreadable file failed every connection, reported as an unreachable
+    broker while the service waited for it."""
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+    cases = [
+        ({"ssl_cafile": str(tmp_path / "absent.pem")}, "CAIRN_KAFKA__SSL_CAFILE: no file at"),
+        ({"ssl_cafile": str(tmp_path)}, "CAIRN_KAFKA__SSL_CAFILE: no file at"),
+        ({"ssl_cafile": str(junk)}, "CAIRN_KAFKA__SSL_CAFILE: " + str(junk) + " does not load"),
+        ({"ssl_certfile": str(junk)}, "CAIRN_KAFKA__SSL_CERTFILE and CAIRN_KAFKA__SSL_KEYFILE"),
+        ({"ssl_keyfile": str(junk)}, "CAIRN_KAFKA__SSL_KEYFILE is set without"),
+    ]
+    for fields, says in cases:
+        for protocol in ("SSL", "SASL_SSL"):
+            sasl = {"sasl_mechanism": "PLAIN", "sasl_username": "u", "sasl_password": "p"}
+            extra = sasl if protocol == "SASL_SSL" else {}
+            with pytest.raises(ValidationError) as refused:
+                KafkaSettings(security_protocol=protocol, **fields, **extra)  # type: ignore[arg-type]
+            assert says in str(refused.value), (fields, protocol)
+        # Without TLS the files are not used, so not read.
+        assert KafkaSettings(**fields).security_protocol == "PLAINTEXT"  # type: ignore[arg-type]
+
+
+def test_tls_files_that_load_are_taken(tmp_path: Path) -> None:
+    certificates = make_certificates(tmp_path)
+    cert, key = certificates.client("cairn")
+    kafka = KafkaSettings(
+        security_protocol="SSL",
+        ssl_cafile=str(certificates.ca_pem),
+        ssl_certfile=str(cert),
+        ssl_keyfile=str(key),
+    )
+    assert kafka.ssl_certfile == str(cert)
 
 
 @pytest.mark.parametrize("name", ["cairn.commands", "a", "A-b_c.9", "x" * 249, "..."])
