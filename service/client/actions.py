@@ -323,10 +323,11 @@ async def show_session(
     connection: Sequence[str] = (),
     write: Write = render.show,
 ) -> int:
+    # Both read before anything is printed: a missing results topic is the one line it gets.
     state = await session_state(settings, session_id)
+    found = await last_results(settings, session_id, results)
     for line in render.state_lines(state):
         write(line)
-    found = await last_results(settings, session_id, results)
     write(f"last {len(found)} result(s):" if found else "no results yet")
     for index, result in enumerate(found, start=1):
         # What to do next is said for the newest result only: the session has moved on from

@@ -368,6 +368,25 @@ async def test_a_command_for_a_missing_topic_is_refused_before_it_is_sent(
     assert asyncio.get_running_loop().time() - started < 20
 
 
+async def test_session_show_with_its_results_topic_missing_prints_nothing_else(
+    cluster: Cluster, demo_service: ServiceProcess
+) -> None:
+    """The state is read from the sessions topic, the last results from the results topic: with
+    the second missing, the command printed the state, then the error."""
+    s = unique("s")
+    await expect(
+        cluster,
+        *("invoke", "--session", s, "--wait", "What is 2 * 3?"),
+        contains=("stop_reason=interrupt",),
+    )
+    gone = {"CAIRN_TOPICS__RESULTS": unique("gone")}
+    rc, out, err = await cli(cluster, "session", "show", s, env=gone, timeout=50)
+    assert rc == 2, f"exit {rc}\nstdout:\n{out}\nstderr:\n{err}"
+    assert out == ""
+    topic = gone["CAIRN_TOPICS__RESULTS"]
+    assert err.strip() == f"error: topics [{topic!r}] do not exist (run `cairn topics create`)"
+
+
 async def test_the_missing_topics_hint_creates_them_on_the_cluster_the_command_named(
     cluster: Cluster,
 ) -> None:
