@@ -22,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from aiokafka import TopicPartition
 from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
@@ -49,7 +51,7 @@ from service.runtime.transactions import (
 )
 from service.runtime.transport import CommitFailedError
 from service.runtime.txn_stream import GroupFencedError, TransactionStream
-from service.runtime.work import CommandWork, InputRecord
+from service.runtime.work import CommandWork, InputRecord, OutRecord
 from service.sessions.store import SessionStore
 from service.sessions.table import SqliteTable
 from service.wire.errors import WireError
@@ -59,6 +61,9 @@ logger = logging.getLogger(__name__)
 FENCING_ERRORS = (ProducerFenced, InvalidProducerEpoch, GroupFencedError)
 _LAST_COMMIT_S = 2.0
 """Least time the last commit (with the input offsets) gets once the grace period is over."""
+
+
+_T = TypeVar("_T")
 
 
 class OwnerExit(enum.Enum):
@@ -180,46 +185,54 @@ class PartitionOwner:
             TopicPartition(topic, self.partition)
             for topic in (self._topics.commands, self._topics.control)
         ]
-        runtime = settings.runtime
-        starts = await stable_starts(
-            stream,
-            self._ctx.inputs,
-            inputs,
-            partition=self.partition,
-            timeout_s=runtime.transaction_timeout_ms / 1000 + runtime.commit_timeout_s,
-            settle_s=SETTLE_S,
-        )
-        written = await repaired_partitions(self._ctx.sessions, self._topics, self.partition)
-        topic_id = await self._ctx.sessions.topic_id(self._topics.commands)
-        self._log = None if topic_id is None else f"{topic_id}:{self.partition}"
 
-        async def abort(partitions: list[TopicPartition]) -> None:
-            writers = await stream.committed_metadata(inputs)
-            for transactional_id in sorted(writers | {stream.transactional_id}):
-                await stream.abort_as(transactional_id, partitions)
+        async def prepare() -> tuple[list[TopicPartition], SessionStore, list[OutRecord]]:
+            runtime = settings.runtime
+            starts = await stable_starts(
+                stream,
+                self._ctx.inputs,
+                inputs,
+                partition=self.partition,
+                timeout_s=runtime.transaction_timeout_ms / 1000 + runtime.commit_timeout_s,
+                settle_s=SETTLE_S,
+            )
+            written = await repaired_partitions(self._ctx.sessions, self._topics, self.partition)
+            topic_id = await self._ctx.sessions.topic_id(self._topics.commands)
+            self._log = None if topic_id is None else f"{topic_id}:{self.partition}"
 
-        found = await find_left_open(
-            self._ctx.sessions,
-            written,
-            keep=frozenset(tp.topic for tp in written),
-            settle_s=SETTLE_S,
-        )
-        self._seek(starts)
-        await self._ctx.faults.before_restore(self.partition)
-        if self._ctx.standby is not None:
-            await self._ctx.standby.release(self.partition)
-        self._table = SqliteTable(
-            self._ctx.store_root / f"{self._topics.sessions}-{self.partition}",
-            max_age_s=settings.sessions.local_max_age_s,
-        )
-        store, again = await restore_repaired(
-            self._ctx.sessions,
-            self._restore,
-            abort,
-            found,
-            self._ctx.held,
-            Repairing(self._topics, self.partition, self._ctx.metrics, SETTLE_S),
-        )
+            async def abort(partitions: list[TopicPartition]) -> None:
+                writers = await stream.committed_metadata(inputs)
+                for transactional_id in sorted(writers | {stream.transactional_id}):
+                    await stream.abort_as(transactional_id, partitions)
+
+            found = await find_left_open(
+                self._ctx.sessions,
+                written,
+                keep=frozenset(tp.topic for tp in written),
+                settle_s=SETTLE_S,
+            )
+            self._seek(starts)
+            await self._ctx.faults.before_restore(self.partition)
+            if self._ctx.standby is not None:
+                await self._ctx.standby.release(self.partition)
+            self._table = SqliteTable(
+                self._ctx.store_root / f"{self._topics.sessions}-{self.partition}",
+                max_age_s=settings.sessions.local_max_age_s,
+            )
+            store, again = await restore_repaired(
+                self._ctx.sessions,
+                self._restore,
+                abort,
+                found,
+                self._ctx.held,
+                Repairing(self._topics, self.partition, self._ctx.metrics, SETTLE_S),
+            )
+            return written, store, again
+
+        # Nothing is claimed, held or committed before the claim below: a stop asked meanwhile
+        # (a drain, a revoke) ends the start at once, wherever it is (a restore left midway
+        # goes on from its last batch next time), instead of after the grace period.
+        written, store, again = await self._unless_stopped(prepare())
         self._parts = parts = assemble(
             self.partition,
             self._ctx,
@@ -285,6 +298,22 @@ class PartitionOwner:
             await self._stop_requested.wait()
             await self._drain()
             raise _StopRequestedError
+
+    async def _unless_stopped(self, work: Coroutine[Any, Any, _T]) -> _T:
+        """``work``'s result, or :class:`_StopRequestedError` (``work`` cancelled) once a stop is
+        asked first."""
+        task = asyncio.ensure_future(work)
+        stopping = asyncio.ensure_future(self._stop_requested.wait())
+        try:
+            await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            if not task.done():
+                task.cancel()
+                await asyncio.wait({task})
+        if task.cancelled():
+            raise _StopRequestedError
+        return task.result()
 
     async def _drain(self) -> None:
         """Let running steps reach a commit within the grace period; the rest is abandoned.

@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from typing import Any
 
 import pytest
 
+from service.runtime.restore import partition_of
 from tests.support.runtime_harness import (
     Client,
     Cluster,
@@ -165,3 +167,44 @@ async def test_a_drain_while_restoring_gives_the_partitions_back_and_loses_no_re
         assert [r["command_id"] for r in turns] == [
             c["command_id"] for c in [*before, *during, *after] if c["session_id"] == session
         ]
+
+
+async def test_a_revoke_while_restoring_ends_the_restore_at_once(cluster: Cluster) -> None:
+    """A partition taken back while its owner is still starting (here its restore is held until
+    SIGUSR1, as a long cold read would hold it) has nothing to commit: its start ends at once,
+    so the rebalance goes on without waiting for the grace period (60 s here) and the other
+    instance serves its share. Before, the revoke waited for every start to end (a restore,
+    and those queued behind it), and no partition of the group served meanwhile."""
+    slow = {"CAIRN_RUNTIME__REVOKE_GRACE_S": "60", "CAIRN_GROUP__REBALANCE_TIMEOUT_MS": "90000"}
+    with services() as procs:
+        first = cluster.start("first", CAIRN_FAULTS__HOLD_RESTORE="true", **slow)
+        procs.append(first)
+        await first.wait_log("restore held until SIGUSR1", timeout=60)
+        second = cluster.start("second", **slow)
+        procs.append(second)
+        second_health = await health_port(second)
+        answers: list[tuple[int, dict[str, Any]]] = []
+
+        async def second_ready() -> bool:
+            answers.append(await probe(second_health, "/readyz"))
+            return answers[-1][0] == 200 and bool(answers[-1][1]["assigned"])
+
+        deadline = time.monotonic() + 40
+        while not await second_ready():
+            assert time.monotonic() < deadline, (answers[-1], first.text()[-3000:])
+            await asyncio.sleep(0.1)
+        owned = {int(p) for p in answers[-1][1]["assigned"]}
+        candidates = (unique("s") for _ in range(200))
+        mine = (s for s in candidates if partition_of(s, cluster.partitions) in owned)
+        sessions = [next(mine) for _ in range(4)]
+        async with Client(cluster) as client:
+            commands = [invoke(s, "hi", agent="simple") for s in sessions]
+            for command in commands:
+                await client.send(command)
+            for command in commands:
+                result = await client.result(command["command_id"], timeout=30, alive=second)
+                assert result["stop_reason"] == "end_turn", result
+        assert first.alive
+        assert "partition ready" not in first.text()
+        assert await second.terminate() == 0, second.text()[-3000:]
+        assert await first.terminate() == 0, first.text()[-3000:]
