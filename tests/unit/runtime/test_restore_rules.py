@@ -4,6 +4,8 @@ a failure at each call that leaves the table where a next restore goes on from."
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaConnectionError
@@ -91,6 +93,27 @@ async def test_a_read_failing_midway_keeps_what_was_applied_and_the_next_restore
     assert changelog.reads[-1] == (8, 12)
     assert table.position == 12
     assert table.get(b"s11") == (b"v11", 0)
+
+
+async def test_the_event_loop_runs_between_the_batches_a_restore_applies() -> None:
+    """A reader whose next batch is already buffered hands it over without suspending: the
+    restore gives the loop back after each batch, so the instance's other partitions are served
+    meanwhile instead of after the whole read."""
+    changelog, table = filled(10), MemoryTable()
+    seen: list[int] = []
+    reading = True
+
+    async def watch() -> None:
+        while reading:
+            seen.append(table.position)
+            await asyncio.sleep(0)
+
+    watcher = asyncio.create_task(watch())
+    await asyncio.sleep(0)
+    assert await catch_up(changelog, TOPIC, 1, table) == 10
+    reading = False
+    await watcher
+    assert {2, 4, 6, 8} <= set(seen), seen
 
 
 def test_every_call_of_the_changelog_failed_in_a_test_above(request: pytest.FixtureRequest) -> None:
