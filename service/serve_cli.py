@@ -17,7 +17,13 @@ from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
 from service.early_stop import exit_on_early_stop
-from service.settings import Settings, bootstrap_problem, process_environment, unknown_settings
+from service.settings import (
+    Settings,
+    bootstrap_problem,
+    process_environment,
+    tls_files_problem,
+    unknown_settings,
+)
 
 if TYPE_CHECKING:
     from service.cli import Subparsers
@@ -80,6 +86,10 @@ def load_settings(command: str) -> Settings | None:
     except SettingsError as exc:
         print(f"{command}: invalid settings: {exc}", file=sys.stderr)
     else:
+        problem = tls_files_problem(settings.kafka)
+        if problem is not None:
+            print(f"{command}: invalid setting: {problem}", file=sys.stderr)
+            return None
         if command != "cairn serve":
             for name, meant in unknown_settings(process_environment()):
                 hint = f" (did you mean {meant}?)" if meant else ""

@@ -101,8 +101,8 @@ class KafkaSettings(BaseModel):
 
     @model_validator(mode="after")
     def _security(self) -> KafkaSettings:
-        """What aiokafka refuses only as its first client is made (a traceback), and TLS files
-        it cannot load (each connection then fails, taken for an unreachable broker)."""
+        """What aiokafka refuses only as its first client is made, in a traceback (the TLS
+        files are checked as a command starts: :func:`tls_files_problem`)."""
         protocol = self.security_protocol
         if protocol.startswith("SASL_"):
             missing = [
@@ -115,15 +115,16 @@ class KafkaSettings(BaseModel):
                     f"{', '.join(missing)} must be set with CAIRN_KAFKA__SECURITY_PROTOCOL="
                     f"{protocol}"
                 )
-        if protocol in ("SSL", "SASL_SSL"):
-            problem = tls_files_problem(self.ssl_cafile, self.ssl_certfile, self.ssl_keyfile)
-            if problem is not None:
-                raise ValueError(problem)
         return self
 
 
-def tls_files_problem(cafile: str | None, certfile: str | None, keyfile: str | None) -> str | None:
-    """Why the TLS files set cannot make a client's context (naming the variable), or None."""
+def tls_files_problem(kafka: KafkaSettings) -> str | None:
+    """Why the TLS files set cannot make a client's context (naming the variable), or None.
+    Checked as a command starts, not with the settings, since the files are the machine's: a
+    file aiokafka cannot load fails every connection, taken for an unreachable broker."""
+    if kafka.security_protocol not in ("SSL", "SASL_SSL"):
+        return None  # the files are not used
+    cafile, certfile, keyfile = kafka.ssl_cafile, kafka.ssl_certfile, kafka.ssl_keyfile
     if keyfile is not None and certfile is None:
         return "CAIRN_KAFKA__SSL_KEYFILE is set without CAIRN_KAFKA__SSL_CERTFILE"
     files = {"SSL_CAFILE": cafile, "SSL_CERTFILE": certfile, "SSL_KEYFILE": keyfile}

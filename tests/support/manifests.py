@@ -82,8 +82,18 @@ def configmap_data(folder: Path = BASE) -> dict[str, str]:
 
 
 def strimzi_env() -> dict[str, str]:
-    """The settings of the Strimzi overlay: the base ConfigMap with the overlay's merged in."""
-    return {**configmap_data(BASE), **configmap_data(STRIMZI)}
+    """The settings of the Strimzi overlay: the base ConfigMap with the overlay's merged in, and
+    the variables its Deployment patch sets itself (one from a Secret as ``secret:NAME/KEY``)."""
+    env = {**configmap_data(BASE), **configmap_data(STRIMZI)}
+    for _, patch in patches_for(STRIMZI, "Deployment"):
+        for container in patch["spec"]["template"]["spec"]["containers"]:
+            for variable in container.get("env", []):
+                source = variable.get("valueFrom", {}).get("secretKeyRef")
+                value = variable.get("value")
+                if source is not None:
+                    value = f"secret:{source['name']}/{source['key']}"
+                env[variable["name"]] = str(value)
+    return env
 
 
 def settings_from(env: dict[str, str]) -> Settings:

@@ -141,6 +141,31 @@ def test_a_store_folder_that_cannot_be_used_is_one_line_naming_it(tmp_path: Path
     assert str(folder) in line and "CAIRN_SESSIONS__STORE_DIR" in line
 
 
+@pytest.mark.parametrize(
+    ("command", "name", "status"),
+    [
+        (("serve",), "cairn serve", 1),
+        (("topics", "create"), "cairn topics create", 1),
+        (("session", "show", "s-1"), "cairn", 2),
+    ],
+)
+def test_a_tls_file_that_does_not_load_is_one_line_naming_it(
+    command: tuple[str, ...], name: str, status: int, tmp_path: Path
+) -> None:
+    """Taken, every connection failed and was reported as an unreachable broker, for ever."""
+    done = _run(
+        *command,
+        CAIRN_KAFKA__SECURITY_PROTOCOL="SSL",
+        CAIRN_KAFKA__SSL_CAFILE=str(tmp_path / "absent.pem"),
+    )
+    assert done.returncode == status, done.stderr
+    assert "Traceback" not in done.stderr
+    [line] = done.stderr.splitlines()
+    assert line == f"{name}: invalid setting: CAIRN_KAFKA__SSL_CAFILE: no file at " + str(
+        tmp_path / "absent.pem"
+    )
+
+
 def test_a_secret_is_never_echoed_in_a_settings_error() -> None:
     done = _run(
         "serve",
