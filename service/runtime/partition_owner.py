@@ -229,9 +229,10 @@ class PartitionOwner:
             )
             return written, store, again
 
-        # Nothing is claimed, held or committed before the claim below: a stop asked meanwhile
-        # (a drain, a revoke) ends the start at once, wherever it is (a restore left midway
-        # goes on from its last batch next time), instead of after the grace period.
+        # Nothing is claimed or committed before the claim below: a stop asked meanwhile (a
+        # drain, a revoke) ends the start at once, wherever it is, instead of after the grace
+        # period. (A restore left midway is not kept: the store was not closed clean, so the
+        # partition's next owner here reads it from the start.)
         written, store, again = await self._unless_stopped(prepare())
         self._parts = parts = assemble(
             self.partition,

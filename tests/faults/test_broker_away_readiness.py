@@ -7,8 +7,9 @@ left unclosed (aiokafka's ``Unclosed AIOKafkaConsumer`` ERROR)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,9 +62,11 @@ async def _answers(cluster: Cluster, proc: ServiceProcess) -> None:
             await client.result(command["command_id"], timeout=90, alive=proc)
 
 
-async def test_not_ready_while_the_broker_is_away_past_the_session_timeout(
+@contextlib.asynccontextmanager
+async def _serving_alone(
     broker: OwnBroker, tmp_path: Path
-) -> None:
+) -> AsyncIterator[tuple[Cluster, ServiceProcess, int]]:
+    """One instance on the broker's fresh topics, ready; its cluster, process and health port."""
     cluster = Cluster(broker.bootstrap, tmp_path)
     await cluster.create_topics()
     with services() as procs:
@@ -72,7 +75,13 @@ async def test_not_ready_while_the_broker_is_away_past_the_session_timeout(
         await proc.wait_ready()
         port = await health_port(proc)
         await _readyz_until(port, proc, 200, 30)
+        yield cluster, proc, port
 
+
+async def test_not_ready_while_the_broker_is_away_past_the_session_timeout(
+    broker: OwnBroker, tmp_path: Path
+) -> None:
+    async with _serving_alone(broker, tmp_path) as (cluster, proc, port):
         stopped = time.monotonic()
         broker.stop()
         body = await _readyz_until(port, proc, 503, 3 * SESSION_TIMEOUT_S + 10)
@@ -99,15 +108,7 @@ async def test_a_drain_and_a_stop_while_the_broker_is_away_end_as_documented(
     backoff. A drain then leaves the process alive (not ready, `/livez` 200) until SIGTERM ends
     it with status 0, as with the broker up; aiokafka's consumer let a fetch's cancellation out
     of its stop, which ended the process at the drain with status 1 and a traceback."""
-    cluster = Cluster(broker.bootstrap, tmp_path)
-    await cluster.create_topics()
-    with services() as procs:
-        proc = cluster.start("only")
-        procs.append(proc)
-        await proc.wait_ready()
-        port = await health_port(proc)
-        await _readyz_until(port, proc, 200, 30)
-
+    async with _serving_alone(broker, tmp_path) as (_, proc, port):
         broker.kill()
         await proc.wait_log("Failed fetch messages", timeout=30, count=3)
         assert (await probe(port, "/drain"))[0] == 200

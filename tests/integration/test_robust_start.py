@@ -182,28 +182,34 @@ async def test_a_drain_while_waiting_keeps_the_instance_out_of_the_group(
             second.kill()
 
 
-async def test_a_session_timeout_the_broker_refuses_is_one_line_naming_it(
-    kafka_bootstrap: str, tmp_path: Path
-) -> None:
-    """The broker refuses to let a member join with a session timeout outside its bounds (6 s
-    to 30 min by default): no wait fixes that, so the start ends, status 1, in one line naming
-    the setting, instead of a traceback of an exception group."""
-    cluster = Cluster(kafka_bootstrap, tmp_path)
+async def _refused_start(cluster: Cluster, **env: str) -> str:
+    """``cairn serve`` with ``env`` on the cluster's topics, which must end with status 1 and no
+    traceback; its own one line."""
     _topics_create(cluster)
-    proc = cluster.start(
-        CAIRN_GROUP__SESSION_TIMEOUT_MS="4000000",
-        CAIRN_GROUP__REBALANCE_TIMEOUT_MS="4000000",
-        CAIRN_LOG_JSON="true",
-    )
+    proc = cluster.start(CAIRN_LOG_JSON="true", **env)
     try:
         await wait_for(lambda: not proc.alive, 60, "the start ends", on_timeout=proc.text)
         assert proc.process.returncode == 1
         text = proc.text()
         assert "Traceback" not in text
         [line] = [line for line in text.splitlines() if line.startswith("cairn serve:")]
-        assert "CAIRN_GROUP__SESSION_TIMEOUT_MS (4000000 ms)" in line
+        return line
     finally:
         proc.kill()
+
+
+async def test_a_session_timeout_the_broker_refuses_is_one_line_naming_it(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The broker refuses to let a member join with a session timeout outside its bounds (6 s
+    to 30 min by default): no wait fixes that, so the start ends, status 1, in one line naming
+    the setting, instead of a traceback of an exception group."""
+    line = await _refused_start(
+        Cluster(kafka_bootstrap, tmp_path),
+        CAIRN_GROUP__SESSION_TIMEOUT_MS="4000000",
+        CAIRN_GROUP__REBALANCE_TIMEOUT_MS="4000000",
+    )
+    assert "CAIRN_GROUP__SESSION_TIMEOUT_MS (4000000 ms)" in line
 
 
 @pytest.mark.parametrize(
@@ -221,17 +227,7 @@ async def test_a_transaction_timeout_the_broker_refuses_is_one_line_naming_it(
     """Above the broker's transaction.max.timeout.ms no producer starts: every partition owner
     failed and was re-created every few seconds, for ever, while the instance reported its
     partitions as restoring. The start ends instead, status 1, in one line naming the setting."""
-    cluster = Cluster(kafka_bootstrap, tmp_path)
-    _topics_create(cluster)
-    proc = cluster.start(
-        CAIRN_RUNTIME__TRANSACTION_TIMEOUT_MS="99999999", CAIRN_LOG_JSON="true", **mode
+    line = await _refused_start(
+        Cluster(kafka_bootstrap, tmp_path), CAIRN_RUNTIME__TRANSACTION_TIMEOUT_MS="99999999", **mode
     )
-    try:
-        await wait_for(lambda: not proc.alive, 60, "the start ends", on_timeout=proc.text)
-        assert proc.process.returncode == 1
-        text = proc.text()
-        assert "Traceback" not in text
-        [line] = [line for line in text.splitlines() if line.startswith("cairn serve:")]
-        assert "CAIRN_RUNTIME__TRANSACTION_TIMEOUT_MS (99999999 ms)" in line
-    finally:
-        proc.kill()
+    assert "CAIRN_RUNTIME__TRANSACTION_TIMEOUT_MS (99999999 ms)" in line
