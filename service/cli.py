@@ -16,7 +16,22 @@ from service.agents_cli import register_agent_commands
 from service.client.arguments import register_client_commands
 from service.serve_cli import register_runtime_commands
 
-Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+class CommandParser(argparse.ArgumentParser):
+    """A command's parser (and, through ``add_subparsers``, its subcommands'): an argument it
+    does not know is refused after its own usage. argparse leaves such arguments to the
+    top-level parser, whose usage names none of the command's options."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extra = super().parse_known_args(args, namespace)
+        if extra:
+            self.error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed, extra
+
+
+Subparsers: TypeAlias = "argparse._SubParsersAction[CommandParser]"
 Handler = Callable[[argparse.Namespace], int]
 """What a subcommand runs: it receives the parsed arguments and returns the exit status."""
 
@@ -53,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="cairn", description="Durable AI agent execution over Kafka."
     )
     parser.add_argument("--version", action="version", version=f"cairn {_installed_version()}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     for register in COMMAND_GROUPS:
         register(commands)
     return parser

@@ -242,6 +242,26 @@ def test_numbers_no_command_can_carry_are_refused_as_usage_errors(
     assert f"error: argument {flag}: " in line
 
 
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["invoke", "--session", "x", "--bogus", "hi"], "invoke"),
+        (["session", "history", "x", "--bogus"], "session history"),
+        (["watch", "--session", "x", "--bogus"], "watch"),
+        (["topics", "create", "--bogus"], "topics create"),
+    ],
+)
+def test_an_unknown_option_is_refused_after_the_usage_of_the_command_given(
+    argv: list[str], command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        build_parser().parse_args(argv)
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: cairn {command} ")
+    assert err.endswith(f"cairn {command}: error: unrecognized arguments: --bogus\n")
+
+
 def test_text_from_the_wire_cannot_drive_the_terminal(capsys: pytest.CaptureFixture[str]) -> None:
     hostile = "s-1\x1b]0;owned\x07\x1b[2J\rfake\x9b"
     render.show(f"session {hostile}:\tdone\nnext")
