@@ -22,6 +22,8 @@ DEFAULT_KAFKA_PORT = 9092
 """The port aiokafka connects to for a server given without one."""
 _PORT = re.compile(r"[0-9]{1,5}")
 _BRACKETED = re.compile(r"\[([^\[\]]*)\](?::(.*))?")
+_HOST = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.?")
+"""A host name (DNS labels; ``_`` as container names have it) or an IPv4 address."""
 
 
 def bootstrap_problem(servers: str) -> str | None:
@@ -30,8 +32,9 @@ def bootstrap_problem(servers: str) -> str | None:
     aiokafka parses the list only when it first connects, and a port out of range or not a
     number then ends the process with a traceback from deep in the client, so the list is
     checked here, as aiokafka reads it (``aiokafka.conn.collect_hosts``): comma-separated
-    ``HOST:PORT``, ``HOST`` alone (port 9092), ``[IPV6]:PORT``, ``[IPV6]`` or a bare IPv6
-    address. The value itself is never quoted (settings errors never echo one).
+    ``HOST:PORT``, ``HOST`` alone (port 9092), ``[IPV6]:PORT`` or ``[IPV6]``. A bare IPv6
+    address is refused, though aiokafka takes it: ``::1:9092`` is one, on port 9092. The value
+    itself is never quoted (settings errors never echo one).
     """
     entries = servers.strip().split(",")
     for number, entry in enumerate(entries, start=1):
@@ -51,13 +54,17 @@ def _server_problem(server: str) -> str | None:
         if not _is_ipv6(host):
             return "the host in brackets is not an IPv6 address"
         return None if port is None else _port_problem(port)
-    if server.startswith("[") or _is_ipv6(server):
-        return None if _is_ipv6(server) else "an unclosed or misplaced bracket"
+    if "[" in server or "]" in server:
+        return "an unclosed or misplaced bracket"
+    if _is_ipv6(server):
+        return "an IPv6 address goes in brackets, as [::1]:9092"
     host, colon, port = server.rpartition(":")
     if not colon:
         host, port = server, str(DEFAULT_KAFKA_PORT)
-    if not host or any(c.isspace() or c in "/[]@" for c in host):
-        return "the host is empty or holds a space, '/', '@' or a bracket"
+    if not host:
+        return "the host is empty"
+    if not _HOST.fullmatch(host):
+        return "the host is not a name or an IPv4 address (letters, digits, '-', '_', '.')"
     return _port_problem(port)
 
 

@@ -134,8 +134,9 @@ def test_a_group_setting_misspelt_is_told_with_the_setting_it_likely_meant() -> 
         "broker",  # aiokafka connects to 9092
         "[::1]:9092",
         "[::1]",
-        "::1",
         "kafka-0.kafka.svc.cluster.local:9094",
+        "kafka_1:9092",
+        "10.0.0.7",
     ],
 )
 def test_bootstrap_servers_aiokafka_reads_are_taken(servers: str) -> None:
@@ -155,7 +156,14 @@ def test_bootstrap_servers_aiokafka_reads_are_taken(servers: str) -> None:
         ("[::1]:x", "the port is not a number"),
         ("[nohost]:9092", "not an IPv6 address"),
         ("[::1:9092", "bracket"),
-        ("http://broker:9092", "holds a space, '/'"),
+        ("::1]:9092", "bracket"),
+        ("http://broker:9092", "the host is not a name or an IPv4 address"),
+        ("bad:host:1", "the host is not a name or an IPv4 address"),
+        ("ho_st!:9092", "the host is not a name or an IPv4 address"),
+        ("a b:9092", "the host is not a name"),
+        ("user@broker:9092", "the host is not a name"),
+        ("::1", "an IPv6 address goes in brackets"),
+        ("::1:9092", "an IPv6 address goes in brackets"),
     ],
 )
 def test_a_bootstrap_list_aiokafka_would_choke_on_is_refused(servers: str, says: str) -> None:
