@@ -128,11 +128,12 @@ def _checkpointing(agent: AgentDefinition, state: SessionState, invocation: Invo
     return agent.checkpointing
 
 
-def _checkpointing_off(state: SessionState, invocation: Invocation) -> str:
-    """Why a checkpoint resume finds checkpointing off: the setting that decided it."""
+def _checkpointing_off(agent: AgentDefinition, state: SessionState, invocation: Invocation) -> str:
+    """Why a checkpoint resume finds checkpointing off: the setting that decided it (a turn
+    keeps the setting it began with, its invoke's or else the agent's)."""
     if invocation.checkpointing is not None:
         return "this resume sets checkpointing to false: a checkpoint resume needs it on"
-    if state.turn_checkpointing is not None:
+    if state.turn_checkpointing is not None and agent.checkpointing:
         return "checkpointing is off for this turn (its invoke set it to false)"
     return "checkpointing is off for this agent"
 
@@ -149,7 +150,7 @@ def _plan_resume(agent: AgentDefinition, state: SessionState, invocation: Invoca
     if state.interrupted:
         raise InterruptPendingError("an interrupt is pending: only interrupt answers are accepted")
     if not _checkpointing(agent, state, invocation):
-        raise CheckpointingDisabledError(_checkpointing_off(state, invocation))
+        raise CheckpointingDisabledError(_checkpointing_off(agent, state, invocation))
     payload = invocation.input
     if not isinstance(payload, dict):
         raise CheckpointIncompatibleError("checkpoint resume must be an object, not a list")

@@ -204,6 +204,22 @@ async def test_resume_with_checkpointing_off_is_rejected() -> None:
     assert str(info.value) == "checkpointing is off for this agent"
 
 
+async def test_a_refused_resume_names_the_setting_the_turn_began_with() -> None:
+    """A turn keeps its checkpointing: the invoke's when it set one, else the agent's, and the
+    refusal says which (an invoke that set nothing on an agent without it is the agent's)."""
+    plain = make_agent(TWO_CYCLES, checkpointing=False)
+    began = await invoke(plain, new_state(), "compute")
+    with pytest.raises(CheckpointingDisabledError) as info:
+        await invoke(plain, began.state, resume({"position": "after_model", "cycle_index": 0}))
+    assert str(info.value) == "checkpointing is off for this agent"
+
+    agent = make_agent(TWO_CYCLES)
+    began = await invoke(agent, new_state(), "compute", checkpointing=False)
+    with pytest.raises(CheckpointingDisabledError) as info:
+        await invoke(agent, began.state, resume({"position": "after_model", "cycle_index": 0}))
+    assert str(info.value) == "checkpointing is off for this turn (its invoke set it to false)"
+
+
 async def _paused() -> tuple[Any, Any]:
     agent = make_agent(TWO_CYCLES)
     first = await invoke(agent, new_state(), "compute")
