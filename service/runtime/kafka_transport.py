@@ -21,8 +21,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import errors as kafka_errors
 from aiokafka.client import AIOKafkaClient
-from aiokafka.errors import ProducerFenced, for_code
+from aiokafka.errors import KafkaError, ProducerFenced, for_code
 from aiokafka.protocol.transaction import AddOffsetsToTxnRequest
 from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
 
@@ -62,6 +63,21 @@ _RETRY_S = 0.005
 _CLOSE_S = 2.0
 
 
+def rebalance_step_failed(error: BaseException) -> bool:
+    """``error`` is a retriable error of the group's rebalance, as aiokafka (0.14.0) hands it to
+    the consumer's user: a bare ``KafkaError`` naming it (``COORDINATOR_LOAD_IN_PROGRESS`` from
+    SyncGroup, as the coordinator reloads the group after a broker restart). aiokafka has asked
+    to join again already, so the next fetch goes on; any other error stays fatal."""
+    if type(error) is not KafkaError or len(error.args) != 1 or not isinstance(error.args[0], str):
+        return False
+    named = getattr(kafka_errors, error.args[0].removesuffix("()"), None)
+    return (
+        isinstance(named, type)
+        and issubclass(named, KafkaError)
+        and getattr(named, "retriable", False) is True
+    )
+
+
 class KafkaInput:
     """:class:`InputSource` over the instance's group consumer.
 
@@ -84,9 +100,16 @@ class KafkaInput:
             batches = await self.consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
         except Exception as error:
             failed = failed_read(self.consumer)
-            if failed is None:
+            if failed is not None:
+                return await self._step_over(*failed, error)
+            if not rebalance_step_failed(error):
                 raise
-            return await self._step_over(*failed, error)
+            logger.warning(
+                "error=<%s> | a step of the group's rebalance failed and is retried: the "
+                "consumer joins the group again",
+                error.args[0],
+            )
+            return {}
         taken: dict[TopicPartition, list[InputRecord]] = {}
         for tp, records in batches.items():
             taken[tp] = [_input(tp, record) for record in records]
