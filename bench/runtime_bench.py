@@ -146,6 +146,7 @@ class Driver:
         self.counter = 0
         self._partitioner = DefaultPartitioner()
         self._all = list(range(cluster.partitions))
+        self._commands = cluster.topics.commands
 
     async def start(self) -> None:
         self.producer = AIOKafkaProducer(
@@ -206,7 +207,7 @@ class Driver:
         session.sent_at = time.perf_counter()
         session.sent_wall_ms = time.time() * 1000
         await self.producer.send(
-            self.cluster.topics.commands,
+            self._commands,
             value=orjson.dumps(body),
             key=session.sid.encode(),
             partition=session.partition,

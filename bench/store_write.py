@@ -6,9 +6,10 @@ records through :class:`SessionWriter` (two messages, a version entry and body, 
 :class:`SessionStore` over a :class:`SqliteTable` in a fresh folder. Steps are committed in
 transactions of ``--steps-per-commit`` sessions (about 6 at half load, 70 at saturation, as
 ``make bench`` reports them), and the table is written every ``flush`` commits (1: after every
-commit; the store's 0.05 s is about 11 commits at half load and 2 at saturation, 0.2 s 45 and 7).
-Only the store's ``committed`` and ``flush`` calls are timed (process CPU, user and system: the
-WAL's writes are system calls), runs interleaved across the variants, median of ``--runs``; the
+commit; the store's 0.05 s is about 11 commits at half load and 2 at saturation, 0.2 s 45 and 7),
+the table unsynced as an owner's is (``synced``: with SQLite's syncs, as before). Only the
+store's ``committed`` and ``flush`` calls are timed (process CPU, user and system: the WAL's
+writes are system calls), runs interleaved across the variants, median of ``--runs``; the
 longest single call (wall time, the median of the runs' longest) is how long the event loop
 stalls on it.
 
@@ -37,13 +38,13 @@ from service.sessions.writer import SessionWriter
 
 
 def run(
-    sessions: int, steps_per_commit: int, commits: int, flush_every: int
+    sessions: int, steps_per_commit: int, commits: int, flush_every: int, *, synced: bool
 ) -> tuple[float, float]:
     """Microseconds of process CPU per step spent in the store's committed and flush calls, and
     the longest of those calls in milliseconds (wall time: how long the event loop stalls)."""
     texts = text_pool()
     folder = Path(tempfile.mkdtemp(prefix="cairn-store-write-"))
-    table = SqliteTable(folder, max_age_s=3600)
+    table = SqliteTable(folder, max_age_s=3600, durable_writes=synced)
     store = SessionStore(table)
     writer = SessionWriter(store, record_max_bytes=RECORD_MAX_BYTES)
     states = {}
@@ -93,14 +94,17 @@ def main() -> int:
     # The store flushes only when told to here: every variant decides it by commit count.
     never = mock.patch.multiple(store_module, FLUSH_EVERY_S=float("inf"), FLUSH_ROWS=sys.maxsize)
     shapes = {"half load": (6, (1, 11, 45)), "saturation": (70, (1, 2, 7))}
+    shipped = {"half load": 11, "saturation": 2}
     report: dict[str, dict[str, list[tuple[float, float]]]] = {}
     with never:
         for _ in range(args.runs):
             for shape, (per_commit, flushes) in shapes.items():
                 commits = max(args.commits * 6 // per_commit, 60)
-                for flush_every in flushes:
-                    cost = run(args.sessions, per_commit, commits, flush_every)
-                    report.setdefault(shape, {}).setdefault(str(flush_every), []).append(cost)
+                variants = [(flush_every, False) for flush_every in flushes]
+                for flush_every, synced in [*variants, (shipped[shape], True)]:
+                    cost = run(args.sessions, per_commit, commits, flush_every, synced=synced)
+                    name = f"{flush_every}{' synced' if synced else ''}"
+                    report.setdefault(shape, {}).setdefault(name, []).append(cost)
     header = f"{'shape':<12}{'steps/commit':>14}{'commits/write':>15}{'us/step, median':>17}"
     print(f"{header}{'range':>14}{'longest call, ms':>18}")
     for shape, variants in report.items():

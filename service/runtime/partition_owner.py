@@ -218,6 +218,7 @@ class PartitionOwner:
             self._table = SqliteTable(
                 self._ctx.store_root / f"{self._topics.sessions}-{self.partition}",
                 max_age_s=settings.sessions.local_max_age_s,
+                durable_writes=False,
             )
             store, again = await restore_repaired(
                 self._ctx.sessions,

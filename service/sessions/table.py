@@ -6,6 +6,12 @@ a crash or a failed owner it is wiped and read again from the topic. A file SQLi
 (corrupt, or not a database) is removed on opening; one that fails while in use raises
 :class:`StoreBrokenError`, and is removed when closed.
 
+An owner's table is written without syncing (nothing it holds is needed after a crash, and the
+syncs of SQLite's checkpoints stalled the event loop for tens of milliseconds): a marker file,
+made durable before the first such write and removed once :meth:`SqliteTable.mark_clean` has
+synced everything, says the files may be anything after an OS crash, and the next opener
+removes them unread.
+
 :class:`SqliteTable` is the disk-backed one the runtime uses (one SQLite file per partition, in
 WAL mode); :class:`MemoryTable` holds the same in a dict (tests, tools). Both apply a batch of
 changelog records and the new position in one transaction, so whatever the table holds, even
@@ -34,6 +40,9 @@ record's timestamp (epoch ms: for a head, when the session was last written)."""
 
 SCHEMA = 1
 """Layout version of the SQLite file; a file of another layout is wiped and rebuilt."""
+
+UNSYNCED = "unsynced"
+"""The marker file of a table written without syncing and not yet closed cleanly."""
 
 
 class StoreLockedError(RuntimeError):
@@ -146,10 +155,14 @@ class SqliteTable:
     process killed mid-write leaves SQLite's last transaction, whose position matches its rows.
     """
 
-    def __init__(self, folder: Path, *, max_age_s: float) -> None:
+    def __init__(self, folder: Path, *, max_age_s: float, durable_writes: bool = True) -> None:
+        """``durable_writes``: every write survives an OS crash (a standby copy, trusted as it
+        is written); without, writes reach only the OS until :meth:`mark_clean` (an owner's
+        table, trusted only after a clean stop anyway)."""
         folder.mkdir(parents=True, exist_ok=True)
         self.folder = folder
         self._broken = False
+        self._durable = durable_writes
         self._lock = _lock(folder / "lock")
         try:
             try:
@@ -169,6 +182,18 @@ class SqliteTable:
             raise
 
     def _open(self, max_age_s: float) -> None:
+        marker = self.folder / UNSYNCED
+        if marker.exists():
+            # Written without syncing by an owner that did not stop cleanly: after an OS crash
+            # any page may be stale, even the one that says whether it stopped cleanly.
+            logger.warning(
+                "folder=<%s>, reason=<its last owner did not stop cleanly> | "
+                "local session store wiped",
+                self.folder,
+            )
+            self._remove_files()
+        if not self._durable:
+            _create_durably(marker)
         self._db = sqlite3.connect(self.folder / "store.sqlite", isolation_level=None)
         try:
             self._setup()
@@ -179,8 +204,9 @@ class SqliteTable:
             raise
 
     def _remove_files(self) -> None:
-        """Delete the SQLite file and its log (the folder's lock stays held)."""
-        for name in ("store.sqlite", "store.sqlite-wal", "store.sqlite-shm"):
+        """Delete the SQLite file and its log, then the unsynced marker (the folder's lock
+        stays held)."""
+        for name in ("store.sqlite", "store.sqlite-wal", "store.sqlite-shm", UNSYNCED):
             with contextlib.suppress(FileNotFoundError):
                 (self.folder / name).unlink()
 
@@ -200,9 +226,10 @@ class SqliteTable:
         # table exists.
         db.execute("PRAGMA page_size=16384")
         db.execute("PRAGMA journal_mode=WAL")
-        # A process crash never loses a committed SQLite transaction in WAL mode; an OS crash may
-        # lose the last ones, which only moves the position back (the tail is read again).
-        db.execute("PRAGMA synchronous=NORMAL")
+        # A process crash never loses a committed SQLite transaction in WAL mode; with NORMAL an
+        # OS crash may lose the last ones, which only moves the position back (the tail is read
+        # again). OFF syncs nothing, not even at checkpoints: see UNSYNCED.
+        db.execute(f"PRAGMA synchronous={'NORMAL' if self._durable else 'OFF'}")
         db.execute("PRAGMA cache_size=-16384")
         db.execute(
             "CREATE TABLE IF NOT EXISTS kv (key BLOB PRIMARY KEY, value BLOB NOT NULL, "
@@ -254,10 +281,22 @@ class SqliteTable:
 
     def mark_clean(self) -> None:
         """Its owner stopped cleanly, its last commit done: the next one may trust it (unless
-        the file failed meanwhile: it is removed at close)."""
-        if not self._broken:
-            with self._io():
-                self._set_meta("clean", 1)
+        the file failed meanwhile: it is removed at close). A table written without syncing is
+        synced first (its log copied into the file, then both synced) and durable from then
+        on."""
+        if self._broken:
+            return
+        with self._io():
+            self._set_meta("clean", 1)
+            if self._durable:
+                return
+            db = self._db
+            db.execute("PRAGMA synchronous=NORMAL")
+            busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if busy:
+            return  # not synced: the marker stays, and the next opener wipes it
+        self._durable = True
+        _remove_durably(self.folder / UNSYNCED)
 
     def _set_meta(self, name: str, value: object) -> None:
         self._db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)", (name, value))
@@ -343,6 +382,26 @@ class SqliteTable:
             self._remove_files()
         with contextlib.suppress(OSError):
             os.close(self._lock)
+
+
+def _create_durably(path: Path) -> None:
+    """An empty file whose name is on disk when this returns."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+    _sync_folder(path.parent)
+
+
+def _remove_durably(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    _sync_folder(path.parent)
+
+
+def _sync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _lock(path: Path) -> int:

@@ -4,12 +4,14 @@ removed, never trusted and never a reason for its partition to stop."""
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 from pathlib import Path
 
 import pytest
 
-from service.sessions.table import MemoryTable, SqliteTable, StoreBrokenError
+from service.sessions import table as table_module
+from service.sessions.table import UNSYNCED, MemoryTable, SqliteTable, StoreBrokenError
 
 FILE = "store.sqlite"
 
@@ -92,6 +94,71 @@ def test_a_corrupt_table_is_removed_on_opening_whether_or_not_it_was_clean(
     table.apply([(b"s", b"v", 1, 5)], 3)
     assert table.scan(b"s") == [(b"s", b"v")]
     table.close()
+
+
+def test_an_owners_table_writes_without_syncing_until_marked_clean_then_syncs_it_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The unsynced marker is on disk (its folder synced) before the first write; marking the
+    table clean copies the log into the file, syncs both, and then removes the marker."""
+    synced: list[str] = []
+    real_fsync = table_module.os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(table_module.os, "fsync", fsync)
+    table = SqliteTable(tmp_path, max_age_s=3600, durable_writes=False)
+    assert tmp_path.joinpath(UNSYNCED).exists()
+    assert synced == [str(tmp_path)]
+    assert table._db.execute("PRAGMA synchronous").fetchone() == (0,)
+    table.apply([(f"s{n}".encode(), b"x" * 3000, n, 1_000 + n) for n in range(40)], 77)
+    assert tmp_path.joinpath(f"{FILE}-wal").stat().st_size > 0
+    assert synced == [str(tmp_path)]
+
+    table.mark_clean()
+    assert not tmp_path.joinpath(UNSYNCED).exists()
+    assert synced == [str(tmp_path)] * 2  # SQLite syncs its files itself, not through os
+    assert tmp_path.joinpath(f"{FILE}-wal").stat().st_size == 0
+    assert table._db.execute("PRAGMA synchronous").fetchone() == (1,)
+    table.close()
+
+    again = SqliteTable(tmp_path, max_age_s=3600)
+    assert again.position == 77 and again.get(b"s3") == (b"x" * 3000, 3)
+    assert not tmp_path.joinpath(UNSYNCED).exists()
+    again.close()
+
+
+@pytest.mark.parametrize("durable_writes", [True, False])
+def test_a_table_left_unsynced_is_removed_unread_whatever_its_pages_say(
+    tmp_path: Path, durable_writes: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An OS crash can leave any page of an unsynced table stale, the one saying its owner
+    stopped cleanly too: the marker alone decides, for an owner's table and a standby's."""
+    _filled(tmp_path)  # its pages say it stopped cleanly at 77
+    tmp_path.joinpath(UNSYNCED).touch()
+
+    with caplog.at_level(logging.WARNING):
+        table = SqliteTable(tmp_path, max_age_s=3600, durable_writes=durable_writes)
+    assert table.position == 0 and table.heads() == 0
+    assert "did not stop cleanly" in caplog.text
+    assert tmp_path.joinpath(UNSYNCED).exists() is not durable_writes
+    table.close()
+
+
+def test_an_owners_table_closed_without_marking_it_clean_is_wiped_by_the_next_opener(
+    tmp_path: Path,
+) -> None:
+    table = SqliteTable(tmp_path, max_age_s=3600, durable_writes=False)
+    table.apply([(b"s", b"v", 1, 5)], 9)
+    table.close()
+    assert tmp_path.joinpath(UNSYNCED).exists()
+
+    again = SqliteTable(tmp_path, max_age_s=3600)
+    assert again.position == 0 and again.get(b"s") is None
+    assert not tmp_path.joinpath(UNSYNCED).exists()
+    again.close()
 
 
 def test_every_read_and_write_of_a_broken_file_raises_store_broken(tmp_path: Path) -> None:
