@@ -24,6 +24,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import shutil
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
@@ -207,8 +208,12 @@ class SqliteTable:
         """Delete the SQLite file and its log, then the unsynced marker (the folder's lock
         stays held)."""
         for name in ("store.sqlite", "store.sqlite-wal", "store.sqlite-shm", UNSYNCED):
-            with contextlib.suppress(FileNotFoundError):
-                (self.folder / name).unlink()
+            path = self.folder / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)  # put there by hand: SQLite can open no folder
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
 
     @contextlib.contextmanager
     def _io(self) -> Iterator[None]:

@@ -61,6 +61,18 @@ def test_a_file_that_is_not_a_database_is_removed_and_the_table_starts_empty(
     again.close()
 
 
+@pytest.mark.parametrize("name", [FILE, f"{FILE}-wal", UNSYNCED])
+def test_a_folder_where_a_file_of_the_table_goes_is_removed_too(tmp_path: Path, name: str) -> None:
+    _filled(tmp_path)
+    tmp_path.joinpath(name).unlink(missing_ok=True)
+    tmp_path.joinpath(name, "inside").mkdir(parents=True)
+
+    table = SqliteTable(tmp_path, max_age_s=3600, durable_writes=False)
+    table.apply([(b"s", b"v", 1, 5)], 3)
+    assert table.get(b"s") == (b"v", 1)
+    table.close()
+
+
 def test_a_clean_table_whose_records_are_corrupt_fails_then_is_removed_at_close(
     tmp_path: Path,
 ) -> None:
