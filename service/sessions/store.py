@@ -62,8 +62,8 @@ class StoredSession:
     """The applied command ids as stored in their slots (oldest first)."""
     applied_count: int = 0
     """Command ids applied over the session's life (the next one goes to this slot mod 256)."""
-    sizes: list[int] = field(default_factory=list)
-    """JSON bytes of each message of ``history`` (handed on to the next write, not copied)."""
+    sizes: Sequence[int] = ()
+    """JSON bytes of each message of ``history`` (never changed in place)."""
     history_bytes: int = 0
     """Their sum."""
     head_size: int = 0

@@ -12,6 +12,7 @@ makes it durable).
 from __future__ import annotations
 
 import time
+from array import array
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,9 @@ class StateTooLargeError(Exception):
             f"session head of {size} bytes (agent state, pause and delivery records) exceeds "
             f"the record limit of {limit} bytes"
         )
+
+
+_NO_SIZES: array[int] = array("q")
 
 
 @dataclass(slots=True)
@@ -114,10 +118,12 @@ class SessionWriter:
         if len(head) > self._record_max:
             raise StateTooLargeError(len(head), self._record_max)
         records.append((session_id.encode(), head))
-        # Taken over from the previous write, not copied: a step costs what it adds.
-        sizes = before.sizes if before is not None else []
-        history_bytes = before.history_bytes - sum(sizes[keep:]) if before is not None else 0
-        del sizes[keep:]
+        # A copy, not the previous write's own: a state put back in the store (after a write
+        # the broker refused) must keep counting its messages. An array of machine integers
+        # copies as bytes, and the garbage collector never walks it.
+        old_sizes = before.sizes if before is not None else _NO_SIZES
+        history_bytes = before.history_bytes - sum(old_sizes[keep:]) if before is not None else 0
+        sizes = old_sizes[:keep] if isinstance(old_sizes, array) else array("q", old_sizes[:keep])
         sizes.extend(added)
         history_bytes += sum(added)
         stored = StoredSession(

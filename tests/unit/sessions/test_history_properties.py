@@ -143,6 +143,33 @@ def test_a_step_writes_only_what_it_added() -> None:
     assert [key for key, _ in write.records] == [b"s\x00m0000000500", b"s"]
 
 
+def test_a_state_put_back_after_a_refused_write_still_counts_its_own_bytes() -> None:
+    """A write whose output the broker refused puts the state before it back in the store; the
+    refused write must not have changed what that state counts."""
+    store = SessionStore(MemoryTable())
+    writer = SessionWriter(store, record_max_bytes=RECORD_MAX)
+    state = SessionState(session_id="s", agent="a")
+    state.messages.extend(_message("user", 300, i) for i in range(40))
+    writer.write(state, 0)
+    before = store.get("s")
+    assert before is not None
+    size = before.size
+    refused = state.snapshot()
+    refused.messages[-1] = _message("assistant", 5_000, 41)
+    refused.messages.append(_message("user", 7_000, 42))
+    writer.write(refused, 1)
+    store.put("s", before)
+    assert before.size == size and len(before.sizes) == len(before.history) == 40
+    after = state.snapshot()
+    after.messages.append(_message("assistant", 200, 43))
+    writer.write(after, 1)
+    fresh = SessionStore(MemoryTable())
+    SessionWriter(fresh, record_max_bytes=RECORD_MAX).write(after, 1)
+    got, expected = store.get("s"), fresh.get("s")
+    assert got is not None and expected is not None
+    assert got.history_bytes == expected.history_bytes and list(got.sizes) == list(expected.sizes)
+
+
 def test_applied_command_ids_past_the_kept_window_read_back_in_order() -> None:
     """Ids go round-robin into 256 slots: each step writes one, a reload has the newest 256."""
     store = SessionStore(MemoryTable())
